@@ -1,0 +1,38 @@
+"""Exceptions raised by tritonrt, named as in PyTriton so that ``except`` clauses carry over."""
+
+
+class PyTritonError(Exception):
+    """Base class of every tritonrt error."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self._message = message
+
+    @property
+    def message(self) -> str:
+        """The error message."""
+        return self._message
+
+
+class PyTritonValidationError(PyTritonError):
+    """A definition (model, tensor, config) failed validation."""
+
+
+class PyTritonInvalidOperationError(PyTritonError):
+    """The operation is not allowed in the current state (e.g. bind after run)."""
+
+
+class PyTritonBadParameterError(PyTritonError):
+    """A parameter has a wrong value."""
+
+
+class PyTritonModelConfigError(PyTritonError):
+    """The model configuration is inconsistent."""
+
+
+class PyTritonUnrecoverableError(PyTritonError):
+    """Raise from an inference callable to stop the server: the model cannot go on."""
+
+
+class PyTritonRuntimeError(PyTritonError):
+    """A runtime failure of the server or the proxy."""

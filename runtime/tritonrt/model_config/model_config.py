@@ -1,0 +1,23 @@
+"""ModelConfig: how Triton should run a bound model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tritonrt.model_config.common import DynamicBatcher
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Serving options of a bound model.
+
+    Example::
+
+        ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200))
+    """
+
+    batching: bool = True
+    max_batch_size: int = 4
+    batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
+    response_cache: bool = False
+    decoupled: bool = False

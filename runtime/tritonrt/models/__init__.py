@@ -1,0 +1,1 @@
+"""Bound models and the Triton model repository written from them."""

@@ -1,0 +1,1 @@
+"""The proxy model (inside Triton's Python stub) and its transport to the user's process."""
