@@ -1,0 +1,42 @@
+"""The ``tritonrt`` command line: ``tritonrt install-server`` and ``tritonrt server-dir``."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+from tritonrt.exceptions import PyTritonError
+from tritonrt.server import install
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tritonrt", description="tritonrt: Triton Inference Server runtime.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    install_cmd = commands.add_parser("install-server", help="download and extract tritonserver")
+    install_cmd.add_argument("--dest", type=pathlib.Path, help="target directory (default: the user cache)")
+    install_cmd.add_argument("--python-version", help="stub for this Python, e.g. 3.11 (default: this one)")
+    install_cmd.add_argument("--force", action="store_true", help="reinstall even if a server is there")
+    commands.add_parser("server-dir", help="print the directory of the tritonserver tritonrt would use")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "install-server":
+            dest = args.dest or install.cache_server_dir(args.python_version)
+            if install.is_server_dir(dest) and not args.force:
+                print(f"tritonrt: tritonserver already installed in {dest} (use --force to reinstall)")
+                return 0
+            install.install_server(dest, args.python_version)
+        else:
+            found = install.find_server_dir()
+            if found is None:
+                print("no tritonserver found; run `tritonrt install-server`", file=sys.stderr)
+                return 1
+            print(found)
+    except PyTritonError as error:
+        print(f"tritonrt: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

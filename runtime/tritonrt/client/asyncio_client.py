@@ -1,0 +1,265 @@
+"""Asyncio clients: ``AsyncioModelClient`` and, for decoupled models, ``AsyncioDecoupledModelClient``.
+
+Example::
+
+    async with AsyncioModelClient("grpc://localhost", "add") as client:
+        result = await client.infer_sample(a=np.array([1.0], np.float32), b=np.array([2.0], np.float32))
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from tritonrt.client.async_transport import AsyncGrpcTransport, make_async_transport
+from tritonrt.client.base import ClientBase, ClientSettings, require_grpc
+from tritonrt.client.client import config_as_json
+from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
+from tritonrt.client.model_config_parser import parse_model_config
+from tritonrt.client.readiness import async_wait_for_model_ready
+from tritonrt.models.spec import TritonModelConfig
+
+
+class AsyncioModelClient(ClientBase):
+    """Asyncio client of one model, over HTTP (aiohttp) or gRPC (grpc.aio).
+
+    Same arguments and errors as ``ModelClient``; methods are coroutines, and ``model_config`` and
+    ``is_batching_supported`` are awaitable properties. With ``lazy_init=False`` the wait for readiness
+    happens when entering ``async with``.
+
+    Example::
+
+        async with AsyncioModelClient("localhost", "BERT", lazy_init=False) as client:
+            config = await client.model_config
+            outputs = await client.infer_batch(input_ids=ids)
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model_name: str,
+        model_version: str | None = None,
+        *,
+        lazy_init: bool = True,
+        init_timeout_s: float | None = None,
+        inference_timeout_s: float | None = None,
+        model_config: TritonModelConfig | None = None,
+        ensure_model_is_ready: bool = True,
+        access_token: str | None = None,
+    ):
+        self._closed = True
+        self._settings = ClientSettings.create(
+            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token
+        )
+        self._check_protocol()
+        self._lazy_init = lazy_init
+        self._model_config = model_config
+        self._model_ready = model_config is not None and not ensure_model_is_ready
+        self._init_lock = asyncio.Lock()
+        self._transport = make_async_transport(self._settings.url, self._settings.auth_headers)
+        self._closed = False
+
+    def _check_protocol(self) -> None:
+        """Subclasses that need a given protocol check it here."""
+
+    async def __aenter__(self) -> AsyncioModelClient:
+        if not self._lazy_init:
+            try:
+                await self._ensure_model_config()
+            except BaseException:
+                await self.close()
+                raise
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    @property
+    def model_config(self) -> Any:
+        """Awaitable: the model's ``TritonModelConfig`` (read once, after waiting for readiness)."""
+        return self._ensure_model_config()
+
+    @property
+    def is_batching_supported(self) -> Any:
+        """Awaitable: True when the model batches (``max_batch_size`` > 0)."""
+        return self._batching()
+
+    async def wait_for_model(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the server to be live and the model ready (see ModelClient)."""
+        self._check_open()
+        await async_wait_for_model_ready(
+            self._transport, self._settings.model_name, self._settings.model_version, timeout_s
+        )
+        self._model_ready = True
+
+    async def infer_sample(
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Infer one sample; see ``ModelClient.infer_sample``.
+
+        Example::
+
+            result = await client.infer_sample(np.array([1, 2], np.float32))
+        """
+        return await self._infer(inputs, named_inputs, parameters, headers, sample=True)
+
+    async def infer_batch(
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Infer a batch; see ``ModelClient.infer_batch``."""
+        return await self._infer(inputs, named_inputs, parameters, headers, sample=False)
+
+    async def load_model(
+        self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Ask the server to load (or reload) the model; see ``ModelClient.load_model``."""
+        self._check_open()
+        await self._transport.load_model(
+            self._settings.model_name, config_as_json(config), files, self._settings.init_timeout_s
+        )
+        self._forget_model()
+
+    async def unload_model(self) -> None:
+        """Ask the server to unload the model; see ``ModelClient.unload_model``."""
+        self._check_open()
+        await self._transport.unload_model(self._settings.model_name, self._settings.init_timeout_s)
+        self._forget_model()
+
+    async def close(self) -> None:
+        """Close the connections; later calls raise PyTritonClientClosedError. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            await self._transport.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _forget_model(self) -> None:
+        self._model_ready = False
+        self._model_config = None
+
+    async def _batching(self) -> bool:
+        return (await self._ensure_model_config()).batching
+
+    async def _ensure_model_config(self) -> TritonModelConfig:
+        self._check_open()
+        async with self._init_lock:
+            settings = self._settings
+            if not self._model_ready:
+                await async_wait_for_model_ready(
+                    self._transport, settings.model_name, settings.model_version, settings.init_timeout_s
+                )
+                self._model_ready = True
+            if self._model_config is None:
+                raw = await self._transport.model_config(
+                    settings.model_name, settings.model_version, settings.init_timeout_s
+                )
+                self._model_config = parse_model_config(raw, settings.version_number)
+            return self._model_config
+
+    async def _infer(
+        self,
+        inputs: tuple,
+        named_inputs: dict[str, Any],
+        parameters: dict[str, Any] | None,
+        headers: dict[str, Any] | None,
+        *,
+        sample: bool,
+    ) -> dict[str, np.ndarray]:
+        self._verify_call(inputs, named_inputs, parameters, headers)
+        config = await self._ensure_model_config()
+        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        try:
+            outputs = await self._transport.infer(
+                self._settings.model_name,
+                self._settings.model_version,
+                named,
+                self._output_names(config),
+                parameters,
+                header_strings,
+                self._settings.inference_timeout_s,
+            )
+        except PyTritonClientModelUnavailableError:
+            self._forget_model()
+            raise
+        return self._finish(config, outputs, sample=sample)
+
+
+class AsyncioDecoupledModelClient(AsyncioModelClient):
+    """Asyncio client of a decoupled model: ``infer_sample``/``infer_batch`` are async iterators.
+
+    gRPC only; ``inference_timeout_s`` bounds the wait for each response.
+
+    Example::
+
+        async with AsyncioDecoupledModelClient("grpc://localhost", "tokens") as client:
+            async for partial in client.infer_sample(prompt=np.array([b"hello"])):
+                print(partial["token"])
+    """
+
+    _decoupled = True
+
+    def _check_protocol(self) -> None:
+        require_grpc(self._settings, type(self).__name__)
+
+    def infer_sample(  # type: ignore[override]
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> AsyncIterator[dict[str, np.ndarray]]:
+        """Send one sample; ``async for`` over the model's responses.
+
+        Argument errors raise at the call; server errors while iterating.
+        """
+        self._verify_call(inputs, named_inputs, parameters, headers)
+        return self._stream(inputs, named_inputs, parameters, headers, sample=True)
+
+    def infer_batch(  # type: ignore[override]
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> AsyncIterator[dict[str, np.ndarray]]:
+        """Send one batch; ``async for`` over the model's responses."""
+        self._verify_call(inputs, named_inputs, parameters, headers)
+        return self._stream(inputs, named_inputs, parameters, headers, sample=False)
+
+    async def _stream(
+        self,
+        inputs: tuple,
+        named_inputs: dict[str, Any],
+        parameters: dict[str, Any] | None,
+        headers: dict[str, Any] | None,
+        *,
+        sample: bool,
+    ) -> AsyncIterator[dict[str, np.ndarray]]:
+        config = await self._ensure_model_config()
+        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        transport: AsyncGrpcTransport = self._transport  # type: ignore[assignment]
+        responses = transport.stream_infer(
+            self._settings.model_name,
+            self._settings.model_version,
+            named,
+            self._output_names(config),
+            parameters,
+            header_strings,
+            self._settings.inference_timeout_s,
+        )
+        try:
+            async for outputs in responses:
+                yield self._finish(config, outputs, sample=sample)
+        finally:
+            await responses.aclose()  # cancels the gRPC call when the caller stops early

@@ -1,0 +1,347 @@
+"""Synchronous clients: ``ModelClient`` and, for decoupled (streaming) models, ``DecoupledModelClient``.
+
+Example::
+
+    with ModelClient("grpc://localhost", "add") as client:
+        result = client.infer_sample(a=np.array([1.0], np.float32), b=np.array([2.0], np.float32))
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from tritonrt.client.base import ClientBase, ClientSettings, require_grpc
+from tritonrt.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientValueError
+from tritonrt.client.grpc_transport import GrpcTransport
+from tritonrt.client.http_transport import HttpTransport
+from tritonrt.client.model_config_parser import parse_model_config
+from tritonrt.client.readiness import wait_for_model_ready
+from tritonrt.models.spec import TritonModelConfig
+
+
+def config_as_json(config: str | Mapping[str, Any] | None) -> str | None:
+    """A load request's model config as the JSON string Triton expects."""
+    if config is None or isinstance(config, str):
+        return config
+    if isinstance(config, Mapping):
+        return json.dumps(config)
+    raise PyTritonClientValueError(
+        f"config must be a JSON string or a dict of a Triton model config, got {type(config).__name__}."
+    )
+
+
+class ModelClient(ClientBase):
+    """Synchronous client of one model on a Triton Inference Server, over HTTP or gRPC.
+
+    One client may be shared by many threads. It waits (up to ``init_timeout_s``) for the server and
+    the model to be ready before its first request, or at construction with ``lazy_init=False``.
+
+    Example::
+
+        with ModelClient("localhost", "BERT", init_timeout_s=60) as client:
+            outputs = client.infer_batch(input_ids=ids, attention_mask=mask)
+            single = client.infer_sample(ids[0], mask[0])  # adds and removes the batch axis
+
+    Args:
+        url: ``http://host:port``, ``grpc://host:port`` or ``host[:port]`` (HTTP); ports default to
+            8000 (HTTP) and 8001 (gRPC).
+        model_name: the model to call.
+        model_version: a version number; None calls the latest version.
+        lazy_init: if False, wait for the model and read its config now, not at the first request.
+        init_timeout_s: how long to wait for the server and model to be ready (default 300 s); also
+            bounds config reads and load/unload calls.
+        inference_timeout_s: how long one inference may take (default 60 s).
+        model_config: a known config of the model, to skip reading it from the server.
+        ensure_model_is_ready: with ``model_config``, whether to still wait for readiness.
+        access_token: the server's access token (TritonSecurityConfig), for restricted endpoints such as
+            load_model/unload_model.
+
+    Raises:
+        PyTritonClientInvalidUrlError: the URL is invalid.
+        PyTritonClientValueError: another argument is invalid.
+        PyTritonClientTimeoutError, PyTritonClientModelUnavailableError: with ``lazy_init=False``, the
+            model was not ready in time or is not available.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model_name: str,
+        model_version: str | None = None,
+        *,
+        lazy_init: bool = True,
+        init_timeout_s: float | None = None,
+        inference_timeout_s: float | None = None,
+        model_config: TritonModelConfig | None = None,
+        ensure_model_is_ready: bool = True,
+        access_token: str | None = None,
+    ):
+        self._closed = True  # until the transport exists: close() is then a no-op
+        self._settings = ClientSettings.create(
+            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token
+        )
+        self._check_protocol()
+        self._model_config = model_config
+        self._model_ready = model_config is not None and not ensure_model_is_ready
+        self._init_lock = threading.Lock()
+        transport_class = GrpcTransport if self._settings.url.scheme == "grpc" else HttpTransport
+        self._transport = transport_class(self._settings.url, self._settings.auth_headers)
+        self._closed = False
+        if not lazy_init:
+            try:
+                self._ensure_model_config()
+            except BaseException:
+                self.close()
+                raise
+
+    def _check_protocol(self) -> None:
+        """Subclasses that need a given protocol check it here."""
+
+    def __enter__(self) -> ModelClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def model_config(self) -> TritonModelConfig:
+        """The model's configuration, read from the server once (after waiting for readiness).
+
+        Raises:
+            PyTritonClientTimeoutError: the model was not ready within ``init_timeout_s``.
+            PyTritonClientModelUnavailableError: the model is not available.
+            PyTritonClientClosedError: the client is closed.
+        """
+        return self._ensure_model_config()
+
+    @property
+    def is_batching_supported(self) -> bool:
+        """True when the model batches (``max_batch_size`` > 0); waits for readiness like ``model_config``."""
+        return self._ensure_model_config().batching
+
+    def wait_for_model(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the server to be live and the model ready.
+
+        Raises:
+            PyTritonClientTimeoutError: not ready within ``timeout_s``.
+            PyTritonClientModelUnavailableError: the server's model repository shows the model missing or
+                failed to load (visible when the index is readable: pass ``access_token`` if restricted).
+            PyTritonClientClosedError: the client is closed.
+        """
+        self._check_open()
+        wait_for_model_ready(
+            self._transport, self._settings.model_name, self._settings.model_version, timeout_s
+        )
+        self._model_ready = True
+
+    def infer_sample(
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Infer one sample (no batch axis; the client adds it for batching models and removes it after).
+
+        Pass inputs positionally, in the model's input order, or by name; not both. ``parameters`` reach
+        the inference callable as request parameters; ``headers`` are sent with the request (the server
+        forwards those matching its header-forward pattern to the callable).
+
+        Example::
+
+            result = client.infer_sample(np.array([1, 2], np.float32))
+
+        Raises:
+            PyTritonClientValueError: inputs mixed, missing, unknown or of the wrong dtype.
+            PyTritonClientTimeoutError: not ready within ``init_timeout_s`` or no answer within
+                ``inference_timeout_s``.
+            PyTritonClientModelUnavailableError: the model is not available.
+            PyTritonClientInferenceServerError: the inference callable or the server failed.
+            PyTritonClientClosedError: the client is closed.
+        """
+        return self._infer(inputs, named_inputs, parameters, headers, sample=True)
+
+    def infer_batch(
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Infer a batch (the first axis of every input is the batch axis); see ``infer_sample``.
+
+        Example::
+
+            result = client.infer_batch(np.zeros((8, 2), np.float32))
+
+        Raises:
+            PyTritonClientModelDoesntSupportBatchingError: the model does not batch: use infer_sample.
+            ...: the errors of ``infer_sample``.
+        """
+        return self._infer(inputs, named_inputs, parameters, headers, sample=False)
+
+    def load_model(
+        self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
+    ):
+        """Ask the server to load (or reload) the model; needs the access token where the server restricts it.
+
+        Args:
+            config: optional model config (JSON string or dict) to load the model with.
+            files: optional override model directory, ``{"file:1/model.py": b"..."}``; needs ``config``.
+
+        Raises:
+            PyTritonClientInferenceServerError: the server refused (e.g. no or wrong access token) or the
+                load failed.
+        """
+        self._check_open()
+        self._transport.load_model(
+            self._settings.model_name, config_as_json(config), files, self._settings.init_timeout_s
+        )
+        self._forget_model()
+
+    def unload_model(self) -> None:
+        """Ask the server to unload the model; needs the access token where the server restricts it."""
+        self._check_open()
+        self._transport.unload_model(self._settings.model_name, self._settings.init_timeout_s)
+        self._forget_model()
+
+    def close(self) -> None:
+        """Close the connections; later calls raise PyTritonClientClosedError. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._transport.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _forget_model(self) -> None:
+        with self._init_lock:
+            self._model_ready = False
+            self._model_config = None
+
+    def _ensure_model_config(self) -> TritonModelConfig:
+        self._check_open()
+        with self._init_lock:
+            settings = self._settings
+            if not self._model_ready:
+                wait_for_model_ready(
+                    self._transport, settings.model_name, settings.model_version, settings.init_timeout_s
+                )
+                self._model_ready = True
+            if self._model_config is None:
+                raw = self._transport.model_config(
+                    settings.model_name, settings.model_version, settings.init_timeout_s
+                )
+                self._model_config = parse_model_config(raw, settings.version_number)
+            return self._model_config
+
+    def _infer(
+        self,
+        inputs: tuple,
+        named_inputs: dict[str, Any],
+        parameters: dict[str, Any] | None,
+        headers: dict[str, Any] | None,
+        *,
+        sample: bool,
+    ) -> dict[str, np.ndarray]:
+        self._verify_call(inputs, named_inputs, parameters, headers)
+        config = self._ensure_model_config()
+        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        try:
+            outputs = self._transport.infer(
+                self._settings.model_name,
+                self._settings.model_version,
+                named,
+                self._output_names(config),
+                parameters,
+                header_strings,
+                self._settings.inference_timeout_s,
+            )
+        except PyTritonClientModelUnavailableError:
+            self._forget_model()  # e.g. unloaded meanwhile: wait for it again next time
+            raise
+        return self._finish(config, outputs, sample=sample)
+
+
+class DecoupledModelClient(ModelClient):
+    """Synchronous client of a decoupled model: ``infer_sample``/``infer_batch`` iterate its responses.
+
+    Decoupled models stream zero or more responses per request; Triton sends them over gRPC only, so
+    the URL must be ``grpc://``. ``inference_timeout_s`` bounds the wait for each response.
+
+    Example::
+
+        with DecoupledModelClient("grpc://localhost", "tokens") as client:
+            for partial in client.infer_sample(prompt=np.array([b"hello"])):
+                print(partial["token"])
+
+    Raises:
+        PyTritonClientValueError: the URL is not gRPC.
+    """
+
+    _decoupled = True
+
+    def _check_protocol(self) -> None:
+        require_grpc(self._settings, type(self).__name__)
+
+    def infer_sample(  # type: ignore[override]
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Send one sample; iterate the model's responses (batch axis handled as in ModelClient).
+
+        Raises (when called or while iterating):
+            PyTritonClientValueError: the model is not decoupled, or bad inputs.
+            ...: the errors of ``ModelClient.infer_sample``.
+        """
+        return self._stream(inputs, named_inputs, parameters, headers, sample=True)
+
+    def infer_batch(  # type: ignore[override]
+        self,
+        *inputs: np.ndarray,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Send one batch; iterate the model's responses."""
+        return self._stream(inputs, named_inputs, parameters, headers, sample=False)
+
+    def _stream(
+        self,
+        inputs: tuple,
+        named_inputs: dict[str, Any],
+        parameters: dict[str, Any] | None,
+        headers: dict[str, Any] | None,
+        *,
+        sample: bool,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        self._verify_call(inputs, named_inputs, parameters, headers)
+        config = self._ensure_model_config()
+        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        transport: GrpcTransport = self._transport  # type: ignore[assignment]
+        responses = transport.stream_infer(
+            self._settings.model_name,
+            self._settings.model_version,
+            named,
+            self._output_names(config),
+            parameters,
+            header_strings,
+            self._settings.inference_timeout_s,
+        )
+        return self._debatched(config, responses, sample=sample)
+
+    def _debatched(
+        self, config: TritonModelConfig, responses: Iterator[dict[str, np.ndarray]], *, sample: bool
+    ) -> Iterator[dict[str, np.ndarray]]:
+        try:
+            for outputs in responses:
+                yield self._finish(config, outputs, sample=sample)
+        finally:
+            responses.close()  # type: ignore[attr-defined]  # cancels the stream when the caller stops early

@@ -1,0 +1,205 @@
+"""Synchronous KServe v2 gRPC calls on tritonclient.grpc (thread-safe), plus decoupled streaming.
+
+Example::
+
+    transport = GrpcTransport(TritonUrl.from_url("grpc://localhost:8001"), auth_headers={})
+    for outputs in transport.stream_infer("tokens", None, {"prompt": prompt}, ["token"], None, None, 5.0):
+        print(outputs["token"])
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from tritonrt.client.errors import from_tritonclient, timeout_error
+from tritonrt.client.exceptions import PyTritonClientValueError
+from tritonrt.client.url import TritonUrl
+
+
+def build_grpc_inputs(named: Mapping[str, np.ndarray]) -> list[tritonclient.grpc.InferInput]:
+    """tritonclient.grpc inputs carrying ``named`` arrays."""
+    inputs = []
+    for name, array in named.items():
+        infer_input = tritonclient.grpc.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        infer_input.set_data_from_numpy(array)
+        inputs.append(infer_input)
+    return inputs
+
+
+def grpc_outputs(result: Any) -> dict[str, np.ndarray]:
+    """The outputs of a tritonclient.grpc ``InferResult`` by name."""
+    return {output.name: result.as_numpy(output.name) for output in result.get_response().outputs}
+
+
+def is_final_response(result: Any) -> bool:
+    """True for the response that closes a decoupled request (``triton_final_response``)."""
+    parameters = result.get_response().parameters
+    return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
+
+
+def is_deadline(error: InferenceServerException) -> bool:
+    """True when gRPC gave up on the call because its deadline passed."""
+    return "DEADLINE_EXCEEDED" in (error.status() or "")
+
+
+class GrpcTransport:
+    """Synchronous KServe v2 gRPC calls; safe to use from many threads at once."""
+
+    def __init__(self, url: TritonUrl, auth_headers: Mapping[str, str]):
+        self.url = url
+        self._auth_headers = dict(auth_headers)
+        self._client = tritonclient.grpc.InferenceServerClient(url.without_scheme)
+
+    def is_server_live(self, timeout: float) -> bool:
+        """True when the server answers its liveness probe."""
+        return self._call("Liveness check", "", timeout, self._client.is_server_live)
+
+    def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
+        """True when the model (version) is loaded and ready."""
+        return self._call(
+            "Model readiness check",
+            model_name,
+            timeout,
+            self._client.is_model_ready,
+            model_name,
+            model_version or "",
+        )
+
+    def repository_index(self, timeout: float) -> list[dict[str, Any]]:
+        """Entries (name, version, state, reason) of the model repository index."""
+        index = self._call(
+            "Reading the model repository index",
+            "",
+            timeout,
+            self._client.get_model_repository_index,
+            as_json=True,
+        )
+        return index.get("models", [])
+
+    def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
+        """The model's config as JSON (proto3 JSON: defaults left out, 64-bit integers as strings)."""
+        response = self._call(
+            "Reading the model config",
+            model_name,
+            timeout,
+            self._client.get_model_config,
+            model_name,
+            model_version or "",
+            as_json=True,
+        )
+        return response["config"]
+
+    def load_model(
+        self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float
+    ) -> None:
+        """Ask the server to load (or reload) the model."""
+        self._call(
+            "Loading the model",
+            model_name,
+            timeout,
+            self._client.load_model,
+            model_name,
+            config=config,
+            files=dict(files) if files else None,
+        )
+
+    def unload_model(self, model_name: str, timeout: float) -> None:
+        """Ask the server to unload the model."""
+        self._call("Unloading the model", model_name, timeout, self._client.unload_model, model_name)
+
+    def infer(
+        self,
+        model_name: str,
+        model_version: str | None,
+        named: Mapping[str, np.ndarray],
+        output_names: list[str],
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        timeout: float,
+    ) -> dict[str, np.ndarray]:
+        """Run one inference request and return its outputs by name."""
+        result = self._call(
+            "Inference",
+            model_name,
+            timeout,
+            self._client.infer,
+            model_name,
+            build_grpc_inputs(named),
+            model_version=model_version or "",
+            outputs=[tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
+            parameters=dict(parameters) if parameters else None,
+            extra_headers=headers,
+        )
+        return grpc_outputs(result)
+
+    def stream_infer(
+        self,
+        model_name: str,
+        model_version: str | None,
+        named: Mapping[str, np.ndarray],
+        output_names: list[str],
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        timeout: float,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
+
+        tritonclient.grpc allows one stream per client, so each call opens its own client, closed when
+        the last response arrived or the caller stops iterating.
+        """
+        client = tritonclient.grpc.InferenceServerClient(self.url.without_scheme)
+        responses: queue.SimpleQueue = queue.SimpleQueue()
+        try:
+            client.start_stream(
+                callback=lambda result, error: responses.put((result, error)),
+                headers={**self._auth_headers, **(headers or {})},
+            )
+            try:
+                client.async_stream_infer(
+                    model_name,
+                    build_grpc_inputs(named),
+                    model_version=model_version or "",
+                    outputs=[tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
+                    parameters=dict(parameters) if parameters else None,
+                    enable_empty_final_response=True,
+                )
+            except InferenceServerException as error:
+                raise PyTritonClientValueError(f"Invalid inference request: {error.message()}") from None
+            while True:
+                try:
+                    result, error = responses.get(timeout=timeout)
+                except queue.Empty:
+                    raise timeout_error(
+                        self.url, "Waiting for a streamed response", timeout, "inference_timeout_s"
+                    ) from None
+                if error is not None:
+                    raise from_tritonclient(error, url=self.url, action="Inference", model=model_name)
+                if result.get_response().outputs:
+                    yield grpc_outputs(result)
+                if is_final_response(result):
+                    return
+        finally:
+            client.stop_stream(cancel_requests=True)
+            client.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._client.close()
+
+    def _call(self, action: str, model: str, timeout: float, method: Any, *args: Any, **kwargs: Any) -> Any:
+        headers = {**self._auth_headers, **(kwargs.pop("extra_headers", None) or {})}
+        try:
+            return method(*args, headers=headers, client_timeout=timeout, **kwargs)
+        except InferenceServerException as error:
+            if is_deadline(error):
+                setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
+                raise timeout_error(self.url, action, timeout, setting) from None
+            if error.status() is None:  # raised by tritonclient itself, before sending
+                raise PyTritonClientValueError(f"Invalid request: {error.message()}") from None
+            raise from_tritonclient(error, url=self.url, action=action, model=model) from None

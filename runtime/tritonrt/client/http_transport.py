@@ -1,0 +1,230 @@
+"""A thread-safe, gevent-free HTTP transport for the KServe v2 protocol.
+
+tritonclient.http runs on geventhttpclient, whose connections belong to the thread that made them.
+This transport sends requests with the standard library's ``http.client`` instead (one keep-alive
+connection per thread) and uses tritonclient.http only to encode and decode inference bodies, so one
+client can be shared by many threads. Every call takes its own timeout, sub-second ones included.
+
+Example::
+
+    transport = HttpTransport(TritonUrl.from_url("localhost:8000"), auth_headers={})
+    transport.infer("add", None, {"a": np.ones((1, 2), np.float32)}, ["sum"], None, None, timeout=1.0)
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import threading
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tritonclient.http
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from tritonrt.client.errors import server_error, timeout_error, unreachable_error
+from tritonrt.client.exceptions import PyTritonClientValueError
+from tritonrt.client.url import TritonUrl
+
+_STALE_CONNECTION_ERRORS = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+_HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def model_path(model_name: str, model_version: str | None) -> str:
+    """``/v2/models/<name>[/versions/<version>]`` with the parts URL-quoted."""
+    path = f"/v2/models/{urllib.parse.quote(model_name, safe='')}"
+    if model_version:
+        path += f"/versions/{urllib.parse.quote(str(model_version), safe='')}"
+    return path
+
+
+def build_http_inputs(named: Mapping[str, np.ndarray]) -> list[tritonclient.http.InferInput]:
+    """tritonclient.http inputs carrying ``named`` arrays as binary data."""
+    inputs = []
+    for name, array in named.items():
+        infer_input = tritonclient.http.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        infer_input.set_data_from_numpy(array, binary_data=True)
+        inputs.append(infer_input)
+    return inputs
+
+
+def load_request_body(config: str | None, files: Mapping[str, bytes] | None) -> dict[str, Any]:
+    """The JSON body of a repository load request (files base64-encoded, as Triton expects over HTTP)."""
+    parameters: dict[str, Any] = {}
+    if config is not None:
+        parameters["config"] = config
+    for path, content in (files or {}).items():
+        parameters[path] = base64.b64encode(content).decode("ascii")
+    return {"parameters": parameters} if parameters else {}
+
+
+class HttpTransport:
+    """Synchronous KServe v2 HTTP calls; safe to use from many threads at once."""
+
+    def __init__(self, url: TritonUrl, auth_headers: Mapping[str, str]):
+        self.url = url
+        self._auth_headers = dict(auth_headers)
+        self._local = threading.local()
+        self._connections: set[http.client.HTTPConnection] = set()
+        self._lock = threading.Lock()
+
+    # -- readiness and metadata ------------------------------------------------------------------
+
+    def is_server_live(self, timeout: float) -> bool:
+        """True when the server answers its liveness probe."""
+        status, _, _ = self._request("GET", "/v2/health/live", timeout=timeout, action="Liveness check")
+        return status == 200
+
+    def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
+        """True when the model (version) is loaded and ready."""
+        path = model_path(model_name, model_version) + "/ready"
+        status, _, _ = self._request("GET", path, timeout=timeout, action="Model readiness check")
+        return status == 200
+
+    def repository_index(self, timeout: float) -> list[dict[str, Any]]:
+        """Entries (name, version, state, reason) of the model repository index."""
+        action = "Reading the model repository index"
+        return self._json("POST", "/v2/repository/index", b"", timeout, action, "")
+
+    def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
+        """The model's config as JSON."""
+        path = model_path(model_name, model_version) + "/config"
+        return self._json("GET", path, None, timeout, "Reading the model config", model_name)
+
+    def load_model(
+        self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float
+    ) -> None:
+        """Ask the server to load (or reload) the model."""
+        path = f"/v2/repository/models/{urllib.parse.quote(model_name, safe='')}/load"
+        body = json.dumps(load_request_body(config, files)).encode()
+        self._json("POST", path, body, timeout, "Loading the model", model_name, expect_body=False)
+
+    def unload_model(self, model_name: str, timeout: float) -> None:
+        """Ask the server to unload the model."""
+        path = f"/v2/repository/models/{urllib.parse.quote(model_name, safe='')}/unload"
+        self._json("POST", path, b"{}", timeout, "Unloading the model", model_name, expect_body=False)
+
+    # -- inference -------------------------------------------------------------------------------
+
+    def infer(
+        self,
+        model_name: str,
+        model_version: str | None,
+        named: Mapping[str, np.ndarray],
+        output_names: list[str],
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        timeout: float,
+    ) -> dict[str, np.ndarray]:
+        """Run one inference request and return its outputs by name."""
+        outputs = [tritonclient.http.InferRequestedOutput(name, binary_data=True) for name in output_names]
+        try:
+            body, json_size = tritonclient.http.InferenceServerClient.generate_request_body(
+                build_http_inputs(named), outputs, parameters=dict(parameters) if parameters else None
+            )
+        except InferenceServerException as error:
+            raise PyTritonClientValueError(f"Invalid inference request: {error.message()}") from None
+        request_headers = dict(headers or {})
+        if json_size is not None:
+            request_headers[_HEADER_LENGTH] = str(json_size)
+        path = model_path(model_name, model_version) + "/infer"
+        status, response_headers, data = self._request(
+            "POST", path, body=body, headers=request_headers, timeout=timeout, action="Inference"
+        )
+        if status != 200:
+            message = _error_text(data)
+            raise server_error(message, str(status), url=self.url, action="Inference", model=model_name)
+        header_length = response_headers.get(_HEADER_LENGTH)
+        result = tritonclient.http.InferenceServerClient.parse_response_body(
+            data,
+            header_length=int(header_length) if header_length else None,
+            content_encoding=response_headers.get("Content-Encoding"),
+        )
+        names = [output["name"] for output in result.get_response()["outputs"]]
+        return {name: result.as_numpy(name) for name in names}
+
+    def close(self) -> None:
+        """Close every connection, whichever thread opened it."""
+        with self._lock:
+            connections, self._connections = self._connections, set()
+        for connection in connections:
+            connection.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        timeout: float,
+        action: str,
+        model: str,
+        expect_body: bool = True,
+    ) -> Any:
+        status, _, data = self._request(method, path, body=body, timeout=timeout, action=action)
+        if status != 200:
+            raise server_error(_error_text(data), str(status), url=self.url, action=action, model=model)
+        return json.loads(data) if expect_body else None
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            return connection, True
+        connection = http.client.HTTPConnection(self.url.hostname, self.url.port)
+        self._local.connection = connection
+        with self._lock:
+            self._connections.add(connection)
+        return connection, False
+
+    def _drop(self, connection: http.client.HTTPConnection) -> None:
+        connection.close()
+        self._local.connection = None
+        with self._lock:
+            self._connections.discard(connection)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float,
+        action: str,
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        all_headers = {**self._auth_headers, **(headers or {})}
+        while True:
+            connection, reused = self._connection()
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+            try:
+                connection.request(method, path, body=body, headers=all_headers)
+                response = connection.getresponse()
+                data = response.read()
+            except TimeoutError:
+                self._drop(connection)
+                setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
+                raise timeout_error(self.url, action, timeout, setting) from None
+            except _STALE_CONNECTION_ERRORS as error:
+                self._drop(connection)
+                if reused:  # the server closed an idle keep-alive connection: retry on a fresh one
+                    continue
+                raise unreachable_error(self.url, error) from None
+            except (OSError, http.client.HTTPException) as error:
+                self._drop(connection)
+                raise unreachable_error(self.url, error) from None
+            if response.will_close:
+                self._drop(connection)
+            return response.status, response.headers, data
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        return str(json.loads(data)["error"])
+    except (ValueError, KeyError, TypeError):
+        return data.decode("utf-8", "replace") or "the server sent an empty error reply"

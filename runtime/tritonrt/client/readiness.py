@@ -1,0 +1,149 @@
+"""Waiting until the server is live and a model is ready, for sync and asyncio transports.
+
+A model that is not ready yet may be loading, or missing, or broken. The model repository index tells
+these apart; where the server restricts it (TritonSecurityConfig) the client reads it only with the
+access token, and otherwise waits until the timeout.
+
+Example::
+
+    wait_for_model_ready(transport, "add", None, timeout_s=30.0)   # returns, or raises
+    await async_wait_for_model_ready(async_transport, "add", None, timeout_s=30.0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tritonrt.client.errors import ServerUnreachableError
+from tritonrt.client.exceptions import (
+    PyTritonClientInferenceServerError,
+    PyTritonClientModelUnavailableError,
+    PyTritonClientTimeoutError,
+)
+from tritonrt.client.url import TritonUrl
+
+_FIRST_INTERVAL_S = 0.05
+_MAX_INTERVAL_S = 0.5
+_MAX_PROBE_TIMEOUT_S = 10.0
+_NOT_YET = (ServerUnreachableError, PyTritonClientTimeoutError)
+
+
+class _Wait:
+    """Deadline, poll interval and what was last seen; builds the messages of both wait loops."""
+
+    def __init__(self, url: TritonUrl, model_name: str, model_version: str | None, timeout_s: float):
+        self.url = url
+        self.model_name = model_name
+        self.model_version = model_version
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.interval = _FIRST_INTERVAL_S
+        self.server_live = False
+        self.index_readable = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_name!r}" + (f" version {self.model_version}" if self.model_version else "")
+
+    def probe_timeout(self) -> float:
+        return min(max(self.deadline - time.monotonic(), 0.01), _MAX_PROBE_TIMEOUT_S)
+
+    def next_sleep(self) -> float:
+        """Seconds to sleep before the next probe; raises the timeout error once the deadline passed."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self.timeout_error()
+        sleep, self.interval = min(self.interval, remaining), min(self.interval * 2, _MAX_INTERVAL_S)
+        return sleep
+
+    def timeout_error(self) -> PyTritonClientTimeoutError:
+        if not self.server_live:
+            return PyTritonClientTimeoutError(
+                f"The Triton server at {self.url.with_scheme} was not live within {self.timeout_s:g} s. "
+                "Check that it runs and that the URL names its port, or allow more time (init_timeout_s, "
+                "timeout_s)."
+            )
+        hint = (
+            ""
+            if self.index_readable
+            else " The client could not read the model repository index (the server restricts it: pass "
+            "access_token), so it cannot tell a model still loading from a missing one: check the model name."
+        )
+        return PyTritonClientTimeoutError(
+            f"Model {self.label} on the server at {self.url.with_scheme} was not ready within "
+            f"{self.timeout_s:g} s. It may still be loading: allow more time (init_timeout_s, "
+            f"timeout_s).{hint}"
+        )
+
+    def check_index(self, entries: list[dict[str, Any]]) -> None:
+        """Raise PyTritonClientModelUnavailableError when the index shows the model missing or failed."""
+        mine = [entry for entry in entries if entry.get("name") == self.model_name]
+        if self.model_version:
+            mine = [entry for entry in mine if str(entry.get("version", "")) in ("", self.model_version)]
+        if not mine:
+            known = ", ".join(sorted({str(entry.get("name")) for entry in entries})) or "none"
+            raise PyTritonClientModelUnavailableError(
+                f"Model {self.label} is not in the model repository of the server at {self.url.with_scheme} "
+                f"(models there: {known}). Check the model name and version."
+            )
+        versioned = [entry for entry in mine if str(entry.get("version", "")).isdigit()]
+        entry = max(versioned, key=lambda item: int(item["version"])) if versioned else mine[0]
+        if entry.get("state") == "UNAVAILABLE":
+            reason = entry.get("reason") or "not loaded"
+            raise PyTritonClientModelUnavailableError(
+                f"Model {self.label} is unavailable on the server at {self.url.with_scheme}: {reason}. "
+                "Load it (load_model()) or fix the error reported in the server log."
+            )
+
+
+def wait_for_model_ready(
+    transport: Any, model_name: str, model_version: str | None, timeout_s: float
+) -> None:
+    """Block until the server is live and the model ready.
+
+    Raises:
+        PyTritonClientTimeoutError: not ready within ``timeout_s``.
+        PyTritonClientModelUnavailableError: the repository index shows the model missing or failed.
+    """
+    wait = _Wait(transport.url, model_name, model_version, timeout_s)
+    while True:
+        try:
+            wait.server_live = False
+            wait.server_live = transport.is_server_live(wait.probe_timeout())
+            if wait.server_live:
+                if transport.is_model_ready(model_name, model_version, wait.probe_timeout()):
+                    return
+                try:
+                    wait.check_index(transport.repository_index(wait.probe_timeout()))
+                except _NOT_YET:
+                    raise
+                except PyTritonClientInferenceServerError:
+                    wait.index_readable = False
+        except _NOT_YET:
+            pass
+        time.sleep(wait.next_sleep())
+
+
+async def async_wait_for_model_ready(
+    transport: Any, model_name: str, model_version: str | None, timeout_s: float
+) -> None:
+    """The asyncio version of ``wait_for_model_ready``."""
+    wait = _Wait(transport.url, model_name, model_version, timeout_s)
+    while True:
+        try:
+            wait.server_live = False
+            wait.server_live = await transport.is_server_live(wait.probe_timeout())
+            if wait.server_live:
+                if await transport.is_model_ready(model_name, model_version, wait.probe_timeout()):
+                    return
+                try:
+                    wait.check_index(await transport.repository_index(wait.probe_timeout()))
+                except _NOT_YET:
+                    raise
+                except PyTritonClientInferenceServerError:
+                    wait.index_readable = False
+        except _NOT_YET:
+            pass
+        await asyncio.sleep(wait.next_sleep())

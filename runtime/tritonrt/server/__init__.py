@@ -1,0 +1,1 @@
+"""Find or install tritonserver, build its command line, start, watch and stop it."""

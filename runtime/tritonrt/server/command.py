@@ -1,0 +1,50 @@
+"""Build tritonserver's command line from a TritonConfig (only the fields that are set)."""
+
+from __future__ import annotations
+
+import pathlib
+
+from tritonrt.server.config import TritonConfig
+
+# tritonrt decides these itself; user values for them are applied elsewhere (model_repository) or ignored.
+_MANAGED = {"model_repository"}
+
+
+def _format(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, pathlib.Path):
+        return value.as_posix()
+    return str(value)
+
+
+def config_flags(config: TritonConfig) -> list[str]:
+    """``--flag=value`` for each set field; list fields repeat their flag."""
+    flags = []
+    for name, value in config.to_dict().items():
+        if value is None or name in _MANAGED:
+            continue
+        flag = "--" + name.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:
+            flags.append(f"{flag}={_format(item)}")
+    return flags
+
+
+def server_command(
+    server_dir: pathlib.Path,
+    config: TritonConfig,
+    model_repository: pathlib.Path,
+    backend_config: dict[str, str],
+    extra_flags: list[str],
+) -> list[str]:
+    """The full argv for tritonserver."""
+    command = [
+        str(server_dir / "bin" / "tritonserver"),
+        f"--model-repository={model_repository}",
+        f"--backend-directory={server_dir / 'backends'}",
+        "--model-control-mode=explicit",
+    ]
+    if config.cache_directory is None and (server_dir / "caches").is_dir():
+        command.append(f"--cache-directory={server_dir / 'caches'}")
+    command += [f"--backend-config=python,{key}={value}" for key, value in backend_config.items()]
+    return command + config_flags(config) + extra_flags

@@ -1,0 +1,205 @@
+"""TritonConfig and TritonSecurityConfig: the server's options (PyTriton 0.7 compatible)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pathlib
+import secrets
+import types
+import typing
+from collections.abc import Sequence
+
+from tritonrt.exceptions import PyTritonValidationError
+
+LOGGER = logging.getLogger("tritonrt")
+
+ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_COMPRESSION_LEVELS = {"none", "low", "medium", "high"}
+
+
+@dataclasses.dataclass
+class TritonConfig:
+    """Options of the Triton Inference Server process; ``None`` leaves Triton's default.
+
+    Example::
+
+        TritonConfig(http_port=8015, grpc_port=8016, metrics_port=8017, log_verbose=1)
+
+    Also read from ``PYTRITON_TRITON_CONFIG_<FIELD>`` variables by :meth:`from_env` (list fields take
+    several values separated by ``;``).
+    """
+
+    model_repository: pathlib.Path | None = None
+    id: str | None = None
+    log_verbose: int | None = None
+    log_file: pathlib.Path | None = None
+    exit_timeout_secs: int | None = None
+    exit_on_error: bool | None = None
+    strict_readiness: bool | None = None
+    allow_http: bool | None = None
+    http_address: str | None = None
+    http_port: int | None = None
+    http_header_forward_pattern: str | None = None
+    http_thread_count: int | None = None
+    allow_grpc: bool | None = None
+    grpc_address: str | None = None
+    grpc_port: int | None = None
+    grpc_header_forward_pattern: str | None = None
+    grpc_infer_allocation_pool_size: int | None = None
+    grpc_use_ssl: bool | None = None
+    grpc_use_ssl_mutual: bool | None = None
+    grpc_server_cert: pathlib.Path | None = None
+    grpc_server_key: pathlib.Path | None = None
+    grpc_root_cert: pathlib.Path | None = None
+    grpc_infer_response_compression_level: str | None = None
+    grpc_keepalive_time: int | None = None
+    grpc_keepalive_timeout: int | None = None
+    grpc_keepalive_permit_without_calls: bool | None = None
+    grpc_http2_max_pings_without_data: int | None = None
+    grpc_http2_min_recv_ping_interval_without_data: int | None = None
+    grpc_http2_max_ping_strikes: int | None = None
+    grpc_restricted_protocol: str | None = None
+    http_restricted_api: str | None = None
+    allow_metrics: bool | None = None
+    allow_gpu_metrics: bool | None = None
+    allow_cpu_metrics: bool | None = None
+    metrics_interval_ms: int | None = None
+    metrics_port: int | None = None
+    metrics_address: str | None = None
+    allow_sagemaker: bool | None = None
+    sagemaker_port: int | None = None
+    sagemaker_safe_port_range: str | None = None
+    sagemaker_thread_count: int | None = None
+    allow_vertex_ai: bool | None = None
+    vertex_ai_port: int | None = None
+    vertex_ai_thread_count: int | None = None
+    vertex_ai_default_model: str | None = None
+    metrics_config: list[str] | None = None
+    trace_config: list[str] | None = None
+    cache_config: list[str] | None = None
+    cache_directory: str | None = None
+    buffer_manager_thread_count: int | None = None
+
+    def __post_init__(self):
+        if self.allow_http not in (True, None) and self.allow_grpc not in (True, None):
+            raise PyTritonValidationError(
+                "The `http` or `grpc` endpoint has to be allowed: set allow_http or allow_grpc to True (or leave "
+                "them unset)."
+            )
+        for name in ("http_port", "grpc_port", "metrics_port", "sagemaker_port", "vertex_ai_port"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and 0 < value < 65536):
+                raise PyTritonValidationError(f"TritonConfig.{name}={value!r} is not a port: use 1..65535.")
+        for name in ("log_verbose", "exit_timeout_secs", "http_thread_count", "metrics_interval_ms"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise PyTritonValidationError(f"TritonConfig.{name}={value!r} must be an integer >= 0.")
+        level = self.grpc_infer_response_compression_level
+        if level is not None and level not in _COMPRESSION_LEVELS:
+            raise PyTritonValidationError(
+                f"TritonConfig.grpc_infer_response_compression_level={level!r}: use one of "
+                f"{', '.join(sorted(_COMPRESSION_LEVELS))}."
+            )
+
+    @classmethod
+    def from_env(cls) -> TritonConfig:
+        """A config from ``PYTRITON_TRITON_CONFIG_*`` variables, e.g. ``PYTRITON_TRITON_CONFIG_GRPC_PORT=45436``."""
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for key, raw in os.environ.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in hints:
+                LOGGER.warning("Ignoring %s: TritonConfig has no field %r.", key, name)
+                continue
+            values[name] = _cast(name, hints[name], raw)
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        """The fields as a dict (``None`` for unset ones)."""
+        return dataclasses.asdict(self)
+
+
+def _cast(name: str, hint, raw: str):
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    target = args[0] if args else hint
+    origin = typing.get_origin(target)
+    if origin in (list, Sequence):
+        return [item.strip() for item in raw.split(";") if item.strip()]
+    if target is bool:
+        lowered = raw.strip().lower()
+        if lowered in _TRUE | _FALSE:
+            return lowered in _TRUE
+        raise PyTritonValidationError(f"{ENV_PREFIX}{name.upper()}={raw!r}: use true or false.")
+    if target is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise PyTritonValidationError(f"{ENV_PREFIX}{name.upper()}={raw!r}: use an integer.") from None
+    if target is pathlib.Path:
+        return pathlib.Path(raw)
+    if isinstance(target, types.UnionType):
+        return raw
+    return target(raw) if callable(target) else raw
+
+
+TRITON_ACCESS_HEADER = "triton-access-token"
+GRPC_ACCESS_HEADER = "triton-grpc-protocol-triton-access-token"
+VALID_TRITON_ENDPOINTS = (
+    "health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics",
+    "trace", "logging",
+)  # fmt: skip
+DEFAULT_PROTECTED_ENDPOINTS = ("shared-memory", "model-repository", "statistics", "trace", "logging")
+
+
+@dataclasses.dataclass
+class TritonSecurityConfig:
+    """Which endpoints need the access token, and the token (random per start when not given).
+
+    Example::
+
+        TritonSecurityConfig()                                   # default: admin endpoints protected
+        TritonSecurityConfig(restricted_endpoints=DEFAULT_PROTECTED_ENDPOINTS + ("inference",))
+        TritonSecurityConfig(restricted_endpoints=[])            # nothing protected
+
+    Clients send the token in the ``triton-access-token`` header (HTTP) or
+    ``triton-grpc-protocol-triton-access-token`` metadata (gRPC).
+    """
+
+    access_token: str | None = None
+    restricted_endpoints: Sequence[str] | None = None
+
+    def __post_init__(self):
+        if self.access_token is None:
+            self.access_token = secrets.token_urlsafe(32)
+        if not isinstance(self.access_token, str) or not self.access_token.strip():
+            raise PyTritonValidationError("TritonSecurityConfig.access_token must be a non-empty string.")
+        if any(c in self.access_token for c in ",=: \n"):
+            raise PyTritonValidationError(
+                "TritonSecurityConfig.access_token must not contain ',', '=', ':' or whitespace (Triton's flag "
+                "syntax uses them); secrets.token_urlsafe() makes a valid one."
+            )
+        if self.restricted_endpoints is None:
+            self.restricted_endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
+        unknown = [e for e in self.restricted_endpoints if e not in VALID_TRITON_ENDPOINTS]
+        if unknown:
+            raise PyTritonValidationError(
+                f"TritonSecurityConfig.restricted_endpoints has unknown endpoint(s) {', '.join(map(repr, unknown))}; "
+                f"valid: {', '.join(VALID_TRITON_ENDPOINTS)}."
+            )
+        self.restricted_endpoints = list(dict.fromkeys(self.restricted_endpoints))
+
+    def http_headers(self) -> dict[str, str]:
+        """Headers that pass the restriction over HTTP."""
+        return {TRITON_ACCESS_HEADER: self.access_token}
+
+    def restriction_flag_value(self) -> str | None:
+        """``<endpoints>:<header>=<token>`` for --http-restricted-api / --grpc-restricted-protocol."""
+        if not self.restricted_endpoints:
+            return None
+        return f"{','.join(self.restricted_endpoints)}:{TRITON_ACCESS_HEADER}={self.access_token}"

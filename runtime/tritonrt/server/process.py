@@ -1,0 +1,182 @@
+"""Run tritonserver under the guard: start, forward its log, wait for it, watch it, stop it."""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import logging
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
+
+LOGGER = logging.getLogger("tritonrt.server")
+SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
+
+_LOG_TAIL = 80
+_LEVELS = {"E": logging.ERROR, "W": logging.WARNING}
+
+
+def check_port_free(port: int, address: str, what: str, setting: str) -> None:
+    """Raise a clear error when ``port`` is taken, instead of a server that never becomes ready."""
+    host = "" if address in ("0.0.0.0", "") else address
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise PyTritonBadParameterError(
+                f"{what} port {port} is already in use ({error.strerror}). Stop whatever listens there, or "
+                f"choose another port with TritonConfig({setting}=...) or "
+                f"PYTRITON_TRITON_CONFIG_{setting.upper()}=<port>."
+            ) from None
+
+
+class TritonServerProcess:
+    """One tritonserver process (under :mod:`tritonrt.server.guard`).
+
+    Example::
+
+        server = TritonServerProcess(command, env, shm_prefix="tritonrt_x_", cleanup=[socket_dir])
+        server.start(); server.wait_until_live(http_port=8000, timeout_s=60); ...; server.stop(30)
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        *,
+        shm_prefix: str,
+        cleanup: list[pathlib.Path],
+        verbose: bool,
+    ):
+        self._guard_command = [
+            sys.executable, "-m", "tritonrt.server.guard", "--shm-prefix", shm_prefix,
+            *[arg for path in cleanup for arg in ("--cleanup", str(path))], "--", *command,
+        ]  # fmt: skip
+        self._env = env
+        self._shm_prefix = shm_prefix
+        self._verbose = verbose
+        self._process: subprocess.Popen | None = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
+        self._on_exit: list[Callable[[int], None]] = []
+        self._started = threading.Event()
+        self._exited = threading.Event()
+        self._start_error: BaseException | None = None
+
+    def register_on_exit(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(returncode)`` when the server exits, for whatever reason."""
+        self._on_exit.append(callback)
+
+    def start(self) -> None:
+        """Start the server from a watcher thread that lives as long as the server."""
+        threading.Thread(target=self._watch, name="tritonrt-server-watch", daemon=True).start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise PyTritonRuntimeError(f"Could not start tritonserver: {self._start_error}") from self._start_error
+
+    def _watch(self) -> None:
+        try:
+            self._process = subprocess.Popen(
+                self._guard_command,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as error:
+            self._start_error = error
+            self._started.set()
+            return
+        self._started.set()
+        for raw in self._process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self._tail.append(line)
+            level = _LEVELS.get(line[:1], logging.INFO if self._verbose else logging.DEBUG)
+            SERVER_LOGGER.log(level, "%s", line)
+        code = self._process.wait()
+        self._exited.set()
+        LOGGER.debug("tritonserver exited with %s", code)
+        for callback in list(self._on_exit):
+            try:
+                callback(code)
+            except Exception:
+                LOGGER.exception("on-exit callback failed")
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def is_alive(self) -> bool:
+        return self._process is not None and not self._exited.is_set()
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last lines tritonserver printed (for error messages)."""
+        return "\n".join(list(self._tail)[-lines:])
+
+    def wait_until_live(self, host: str, http_port: int | None, grpc_url: str | None, timeout_s: float) -> None:
+        """Block until the server answers /v2/health/live; raise with its log if it dies or times out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                raise PyTritonRuntimeError(
+                    f"tritonserver exited during start-up. Its last lines:\n{self.log_tail()}"
+                    + _port_hint(self.log_tail())
+                )
+            if self._live(host, http_port, grpc_url):
+                return
+            time.sleep(0.05)
+        raise PyTritonRuntimeError(
+            f"tritonserver did not become live within {timeout_s:.0f} s. Its last lines:\n{self.log_tail()}"
+        )
+
+    @staticmethod
+    def _live(host: str, http_port: int | None, grpc_url: str | None) -> bool:
+        if http_port is not None:
+            connection = http.client.HTTPConnection(host, http_port, timeout=1)
+            try:
+                connection.request("GET", "/v2/health/live")
+                return connection.getresponse().status == 200
+            except OSError:
+                return False
+            finally:
+                connection.close()
+        import tritonclient.grpc as grpcclient
+
+        try:
+            with grpcclient.InferenceServerClient(grpc_url) as client:
+                return client.is_server_live(client_timeout=1)
+        except Exception:
+            return False
+
+    def stop(self, timeout_s: float) -> int | None:
+        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL."""
+        if self._process is None:
+            return None
+        if self.is_alive():
+            try:
+                self._process.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            if not self._exited.wait(timeout_s):
+                LOGGER.warning("tritonserver did not stop within %.0f s: killing it", timeout_s)
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._exited.wait(10)
+        from tritonrt.server.guard import remove_shm
+
+        remove_shm(self._shm_prefix)
+        return self._process.returncode
+
+
+def _port_hint(log: str) -> str:
+    if "address already in use" in log.lower() or "failed to start" in log.lower():
+        return "\nA port is probably in use: choose free ones with TritonConfig(http_port=..., grpc_port=..., metrics_port=...)."
+    return ""

@@ -1,0 +1,414 @@
+"""Triton and RemoteTriton: bind inference callables and serve them with Triton Inference Server.
+
+Example::
+
+    import numpy as np
+    from tritonrt.decorators import batch
+    from tritonrt.model_config import ModelConfig, Tensor
+    from tritonrt.triton import Triton, TritonConfig
+
+    @batch
+    def double(x):
+        return {"y": x * 2}
+
+    with Triton(config=TritonConfig(http_port=8000)) as triton:
+        triton.bind("double", double, inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                    outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))], config=ModelConfig(max_batch_size=64))
+        triton.serve()   # returns when the server stops; triton.failure says why if it died
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+
+import zmq
+
+from tritonrt.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
+from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.models import repository
+from tritonrt.models.bound import BoundModel
+from tritonrt.models.config import build_model_config, validate_model_name
+from tritonrt.proxy.types import TritonContext
+from tritonrt.server import environment
+from tritonrt.server.api import ServerApi
+from tritonrt.server.command import server_command
+from tritonrt.server.config import (
+    DEFAULT_PROTECTED_ENDPOINTS,
+    GRPC_ACCESS_HEADER,
+    TRITON_ACCESS_HEADER,
+    VALID_TRITON_ENDPOINTS,
+    TritonConfig,
+    TritonSecurityConfig,
+)
+from tritonrt.server.install import find_or_install_server
+from tritonrt.server.process import TritonServerProcess, check_port_free
+
+__all__ = [
+    "DEFAULT_PROTECTED_ENDPOINTS",
+    "GRPC_ACCESS_HEADER",
+    "TRITON_ACCESS_HEADER",
+    "VALID_TRITON_ENDPOINTS",
+    "RemoteTriton",
+    "Triton",
+    "TritonConfig",
+    "TritonSecurityConfig",
+]
+
+LOGGER = logging.getLogger("tritonrt")
+
+MONITORING_PERIOD_SEC = 5.0
+DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
+DEFAULT_EXIT_TIMEOUT_S = 30
+# Python backend shared memory per stub: start size and growth step (Triton's defaults are 1 MiB each).
+PYTHON_BACKEND_SHM = {"shm-default-byte-size": str(4 << 20), "shm-growth-byte-size": str(4 << 20)}
+
+
+def _startup_timeout_s() -> float:
+    return float(os.environ.get("TRITONRT_STARTUP_TIMEOUT_S", "120"))
+
+
+def _merged_config(config: TritonConfig | None) -> TritonConfig:
+    """Explicit values over ``PYTRITON_TRITON_CONFIG_*`` variables over defaults (PyTriton's precedence)."""
+    merged = {k: v for k, v in TritonConfig.from_env().to_dict().items() if v is not None}
+    if config is not None:
+        merged.update({k: v for k, v in config.to_dict().items() if v is not None})
+    return TritonConfig(**merged)
+
+
+class _ModelHost:
+    """What Triton and RemoteTriton share: bound models, their workers, loading them into a server."""
+
+    def __init__(self, workspace: str | pathlib.Path | None, security_config: TritonSecurityConfig | None):
+        self._security = security_config or TritonSecurityConfig()
+        self._own_workspace = workspace is None
+        self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
+        self._workspace.mkdir(parents=True, exist_ok=True)
+        self._models: dict[str, BoundModel] = {}
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
+        self._running = False
+        self._stopping = False
+        self._socket_dir: pathlib.Path | None = None
+        self._zmq: zmq.Context | None = None
+        self._api: ServerApi | None = None
+        self.failure: str | None = None
+        self.triton_context = TritonContext()
+
+    # -- binding ---------------------------------------------------------------------------------------------
+
+    def bind(
+        self,
+        model_name: str,
+        infer_func: Callable | Sequence[Callable],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: ModelConfig | None = None,
+        strict: bool = False,
+    ) -> None:
+        """Bind an inference callable (or one per instance, as a list) to a model named ``model_name``.
+
+        The callable receives a list of requests (dicts of numpy arrays) and returns a list of dicts.
+        When the server is running the model is loaded at once.
+        """
+        validate_model_name(model_name)
+        callables = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+        if not callables or not all(callable(c) for c in callables):
+            raise PyTritonValidationError(
+                f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
+                "(one per model instance)."
+            )
+        model_config = build_model_config(
+            model_name, model_version, inputs, outputs, config or ModelConfig(), instance_count=len(callables)
+        )
+        with self._lock:
+            if model_name in self._models:
+                raise PyTritonInvalidOperationError(
+                    f"A model named {model_name!r} is already bound; choose another name."
+                )
+            from tritonrt.decorators import bind_triton_context
+
+            for infer_callable in callables:
+                bind_triton_context(infer_callable, self.triton_context)
+                self.triton_context.model_configs[infer_callable] = model_config
+            model = BoundModel(model_config, callables, strict, key=f"m{uuid.uuid4().hex[:8]}")
+            self._models[model_name] = model
+            if self._running:
+                self._deploy(model)
+
+    def get_access_token(self) -> str:
+        """The token that opens the restricted endpoints (``triton-access-token`` header)."""
+        return self._security.access_token
+
+    # -- lifecycle helpers -----------------------------------------------------------------------------------
+
+    def _open_transport(self) -> None:
+        self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-"))
+        self._socket_dir.chmod(0o700)
+        self._zmq = zmq.Context()
+
+    def _model_repository(self) -> pathlib.Path:
+        path = self._workspace / "model-repository"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _prepare(self, model: BoundModel) -> None:
+        model.attach(self._socket_dir, os.getpid())
+        entries, site_dirs = environment.import_paths()
+        repository.write_model(self._model_repository(), model.config, entries, site_dirs)
+        model.start(self._socket_dir, self._zmq, self._on_unrecoverable)
+
+    def _deploy(self, model: BoundModel) -> None:
+        self._prepare(model)
+        self._api.load_model(model.name)
+
+    def _on_unrecoverable(self, message: str) -> None:
+        LOGGER.error("%s: stopping the server", message)
+        with self._cv:
+            self.failure = self.failure or message
+            self._cv.notify_all()
+        threading.Thread(target=self.stop, name="tritonrt-unrecoverable-stop", daemon=True).start()
+
+    def _close_models(self) -> None:
+        for model in self._models.values():
+            model.stop()
+        if self._zmq is not None:
+            self._zmq.term()
+            self._zmq = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+    def _models_alive(self) -> bool:
+        return self.failure is None and all(model.is_alive() for model in self._models.values())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop()
+
+    def stop(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class Triton(_ModelHost):
+    """A Triton Inference Server started and owned by this process."""
+
+    def __init__(
+        self,
+        *,
+        config: TritonConfig | None = None,
+        workspace: str | pathlib.Path | None = None,
+        security_config: TritonSecurityConfig | None = None,
+    ):
+        super().__init__(workspace, security_config)
+        self._config = _merged_config(config)
+        self._server: TritonServerProcess | None = None
+
+    @property
+    def config(self) -> TritonConfig:
+        """The effective server configuration (explicit, environment and defaults merged)."""
+        return self._config
+
+    def run(self) -> None:
+        """Start the server with the bound models and return once they are ready."""
+        with self._lock:
+            if self._running:
+                return
+            server_dir = find_or_install_server()
+            environment.check_stub(server_dir)
+            env = environment.server_environment(server_dir)
+            self._check_ports()
+            self._open_transport()
+            self.failure = None
+            self._stopping = False
+            try:
+                for model in self._models.values():
+                    self._prepare(model)
+                self._start_server(server_dir, env)
+                for model in self._models.values():
+                    self._api.load_model(model.name)
+            except BaseException:
+                self._stopping = True
+                self._shutdown()
+                raise
+            self._running = True
+            atexit.register(self.stop)
+
+    def _check_ports(self) -> None:
+        c = self._config
+        if c.allow_http is not False:
+            check_port_free(c.http_port or DEFAULT_HTTP_PORT, c.http_address or "0.0.0.0", "HTTP", "http_port")
+        if c.allow_grpc is not False:
+            check_port_free(c.grpc_port or DEFAULT_GRPC_PORT, c.grpc_address or "0.0.0.0", "gRPC", "grpc_port")
+        if c.allow_metrics is not False:
+            address = c.metrics_address or c.http_address or "0.0.0.0"
+            check_port_free(c.metrics_port or DEFAULT_METRICS_PORT, address, "Metrics", "metrics_port")
+
+    def _security_flags(self) -> list[str]:
+        value = self._security.restriction_flag_value()
+        flags = []
+        if value and self._config.http_restricted_api is None:
+            flags.append(f"--http-restricted-api={value}")
+        if value and self._config.grpc_restricted_protocol is None:
+            flags.append(f"--grpc-restricted-protocol={value}")
+        return flags
+
+    def _start_server(self, server_dir: pathlib.Path, env: dict[str, str]) -> None:
+        shm_prefix = f"tritonrt_{uuid.uuid4().hex[:12]}_"
+        repository_path = self._config.model_repository or self._model_repository()
+        backend_config = {**PYTHON_BACKEND_SHM, "shm-region-prefix-name": shm_prefix}
+        command = server_command(server_dir, self._config, repository_path, backend_config, self._security_flags())
+        self._server = TritonServerProcess(
+            command,
+            env,
+            shm_prefix=shm_prefix,
+            cleanup=[self._socket_dir],
+            verbose=bool(self._config.log_verbose),
+        )
+        self._server.register_on_exit(self._on_server_exit)
+        self._server.start()
+        http = self._config.allow_http is not False
+        host = _client_host(self._config.http_address if http else self._config.grpc_address)
+        self._api = ServerApi(
+            host=host,
+            http_port=(self._config.http_port or DEFAULT_HTTP_PORT) if http else None,
+            grpc_port=self._config.grpc_port or DEFAULT_GRPC_PORT,
+            token=self._security.access_token,
+        )
+        self._server.wait_until_live(host, self._api.http_port, self._api.grpc_url, _startup_timeout_s())
+        self._api.on_error_log = self._server.log_tail
+
+    def _on_server_exit(self, code: int) -> None:
+        with self._cv:
+            if not self._stopping:
+                self.failure = self.failure or f"tritonserver exited unexpectedly (exit code {code})"
+                LOGGER.error("%s", self.failure)
+            self._cv.notify_all()
+
+    def is_alive(self) -> bool:
+        """True while the server and every bound model's workers are running."""
+        return self._running and self._server is not None and self._server.is_alive() and self._models_alive()
+
+    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
+        """Run the server and block until it stops (``stop()`` from a signal handler, or a failure)."""
+        self.run()
+        try:
+            with self._cv:
+                while self.is_alive():
+                    self._cv.wait(timeout=monitoring_period_sec)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the server: in-flight requests finish (up to ``exit_timeout_secs``), then clean up."""
+        with self._cv:
+            if self._stopping and not self._running:
+                return
+            self._stopping = True
+            was_running = self._running
+            self._running = False
+        atexit.unregister(self.stop)
+        if was_running or self._server is not None:
+            self._shutdown()
+        if self._own_workspace:
+            shutil.rmtree(self._workspace, ignore_errors=True)
+        with self._cv:
+            self._cv.notify_all()
+
+    def _shutdown(self) -> None:
+        if self._server is not None:
+            exit_timeout = self._config.exit_timeout_secs
+            self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+            self._server = None
+        self._close_models()
+        self._api = None
+
+
+class RemoteTriton(_ModelHost):
+    """Bind models to a Triton server started elsewhere on this host.
+
+    The server must run with ``--model-control-mode=explicit`` and read its models from ``model_repository``
+    (a folder both processes see); tritonrt writes the bound models there and loads them through the
+    server's repository API. ``access_token`` opens the server's restricted model-repository endpoint.
+
+    Example::
+
+        with RemoteTriton("http://localhost:8000", model_repository="/shared/models") as triton:
+            triton.bind("double", double, inputs=..., outputs=...)
+            triton.serve()
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        model_repository: str | pathlib.Path,
+        access_token: str | None = None,
+    ):
+        super().__init__(pathlib.Path(model_repository).parent, TritonSecurityConfig(access_token=access_token))
+        self._own_workspace = False
+        self._repository = pathlib.Path(model_repository)
+        self._api = ServerApi.from_url(url, token=self._security.access_token)
+
+    def _model_repository(self) -> pathlib.Path:
+        self._repository.mkdir(parents=True, exist_ok=True)
+        return self._repository
+
+    def run(self) -> None:
+        """Load the bound models into the remote server."""
+        with self._lock:
+            if self._running:
+                return
+            self._open_transport()
+            self.failure = None
+            self._stopping = False
+            for model in self._models.values():
+                self._deploy(model)
+            self._running = True
+            atexit.register(self.stop)
+
+    def is_alive(self) -> bool:
+        """True while the remote server is live and the bound models' workers run."""
+        return self._running and self._models_alive() and self._api.is_live()
+
+    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
+        """Load the models and block until stop() or a failure."""
+        self.run()
+        try:
+            with self._cv:
+                while self.is_alive():
+                    self._cv.wait(timeout=monitoring_period_sec)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Unload the models from the remote server and stop their workers."""
+        with self._cv:
+            if not self._running:
+                return
+            self._running = False
+            self._stopping = True
+        atexit.unregister(self.stop)
+        for model in self._models.values():
+            try:
+                self._api.unload_model(model.name)
+            except Exception as error:  # the remote may be gone already
+                LOGGER.warning("Could not unload %s: %s", model.name, error)
+            repository.remove_model(self._repository, model.name)
+        self._close_models()
+        with self._cv:
+            self._cv.notify_all()
+
+
+def _client_host(address: str | None) -> str:
+    return "127.0.0.1" if address in (None, "", "0.0.0.0", "::") else address
