@@ -355,9 +355,7 @@ def batch(wrapped, instance, args, kwargs):
     sizes = [_batch_size(request, f"request {index}") for index, request in enumerate(requests)]
     inputs = {name: _concatenate(name, [request[name] for request in requests]) for name in names}
     result = wrapped(*rest, **{**kwargs, **inputs})
-    return _combine(
-        [result], lambda results: _split_batch(convert_output(results[0], wrapped, instance), sizes)
-    )
+    return _combine([result], lambda results: _split_batch(convert_output(results[0], wrapped, instance), sizes))
 
 
 @wrapt.decorator
@@ -384,11 +382,11 @@ def sample(wrapped, instance, args, kwargs):
 def _scatter_responses(groups: list[list[int]], count: int, results: list) -> list[InferenceResult]:
     responses: list = [None] * count
     for indices, result in zip(groups, results, strict=True):
-        result = list(result)
-        if len(result) != len(indices):
+        if not isinstance(result, (list, tuple)) or len(result) != len(indices):
+            got = f"{len(result)} responses" if isinstance(result, (list, tuple)) else type(result).__name__
             raise PyTritonValidationError(
-                f"The inference callable returned {len(result)} responses for a group of {len(indices)} "
-                "requests; return exactly one response per request."
+                f"The inference callable returned {got} for a group of {len(indices)} requests; "
+                "return a list with exactly one response per request."
             )
         for index, response in zip(indices, result, strict=True):
             responses[index] = response
@@ -497,9 +495,7 @@ def group_by_values(*keys: str, pad_fn: Callable[[InferenceResults], InferenceRe
             return wrapped(*args, **kwargs)
         groups = [np.array(rows) for rows in rows_by_key.values()]
         others = {k: v for k, v in kwargs.items() if k not in inputs}
-        results = [
-            wrapped(**others, **{name: value[rows] for name, value in inputs.items()}) for rows in groups
-        ]
+        results = [wrapped(**others, **{name: value[rows] for name, value in inputs.items()}) for rows in groups]
 
         def merge(group_results: list) -> dict[str, np.ndarray]:
             outputs = [convert_output(result, wrapped, instance) for result in group_results]
@@ -539,9 +535,7 @@ class ConstantPadder:
             shape = tuple(np.max([array.shape[1:] for array in arrays], axis=0).tolist())
             fill = {"S": b"", "O": b"", "U": ""}.get(dtype.kind, self.pad_value)
             for index, array in present:
-                widths = [(0, 0)] + [
-                    (0, target - size) for size, target in zip(array.shape[1:], shape, strict=True)
-                ]
+                widths = [(0, 0)] + [(0, target - size) for size, target in zip(array.shape[1:], shape, strict=True)]
                 array = np.pad(array, widths, mode="constant", constant_values=fill)
                 padded[index][name] = array.astype(dtype)
         return padded
@@ -617,9 +611,7 @@ def fill_optionals(**defaults):
         def infer(prompts, temperature):
             ...
     """
-    not_arrays = [
-        f"{name}={value!r}" for name, value in defaults.items() if not isinstance(value, np.ndarray)
-    ]
+    not_arrays = [f"{name}={value!r}" for name, value in defaults.items() if not isinstance(value, np.ndarray)]
     if not_arrays:
         raise PyTritonBadParameterError(
             f"@fill_optionals defaults must be numpy arrays, got {', '.join(not_arrays)}; "
@@ -638,9 +630,7 @@ def fill_optionals(**defaults):
             size = _batch_size(request, f"request {index}") if model_config.batching else None
             for name in missing:
                 default = defaults[name]
-                request[name] = (
-                    default.copy() if size is None else np.repeat(default[np.newaxis], size, axis=0)
-                )
+                request[name] = default.copy() if size is None else np.repeat(default[np.newaxis], size, axis=0)
         return wrapped(*args, **kwargs)
 
     return _fill_optionals
@@ -725,8 +715,7 @@ def pad_batch(wrapped, instance, args, kwargs):
     config = get_model_config(wrapped, instance)
     if not config.batching:
         raise PyTritonValidationError(
-            "@pad_batch needs a model with batching; bind it with ModelConfig(batching=True) "
-            "or drop @pad_batch."
+            "@pad_batch needs a model with batching; bind it with ModelConfig(batching=True) or drop @pad_batch."
         )
     size = _batch_size(inputs, "the batch")
     preferred = (config.batcher.preferred_batch_size or []) if config.batcher is not None else []

@@ -29,8 +29,6 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
-import zmq
-
 from tritonrt.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.models import repository
@@ -48,6 +46,7 @@ from tritonrt.server.config import (
     TritonConfig,
     TritonSecurityConfig,
 )
+from tritonrt.server.guard import remove_shm
 from tritonrt.server.install import find_or_install_server
 from tritonrt.server.process import TritonServerProcess, check_port_free
 
@@ -97,7 +96,7 @@ class _ModelHost:
         self._running = False
         self._stopping = False
         self._socket_dir: pathlib.Path | None = None
-        self._zmq: zmq.Context | None = None
+        self._shm_prefix = ""
         self._api: ServerApi | None = None
         self.failure: str | None = None
         self.triton_context = TritonContext()
@@ -153,7 +152,7 @@ class _ModelHost:
     def _open_transport(self) -> None:
         self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-"))
         self._socket_dir.chmod(0o700)
-        self._zmq = zmq.Context()
+        self._shm_prefix = f"tritonrt_{uuid.uuid4().hex[:12]}_"
 
     def _model_repository(self) -> pathlib.Path:
         path = self._workspace / "model-repository"
@@ -161,10 +160,10 @@ class _ModelHost:
         return path
 
     def _prepare(self, model: BoundModel) -> None:
-        model.attach(self._socket_dir, os.getpid())
+        model.attach(self._socket_dir, os.getpid(), self._shm_prefix)
         entries, site_dirs = environment.import_paths()
         repository.write_model(self._model_repository(), model.config, entries, site_dirs)
-        model.start(self._socket_dir, self._zmq, self._on_unrecoverable)
+        model.start(self._socket_dir, self._shm_prefix, self._on_unrecoverable)
 
     def _deploy(self, model: BoundModel) -> None:
         self._prepare(model)
@@ -180,9 +179,7 @@ class _ModelHost:
     def _close_models(self) -> None:
         for model in self._models.values():
             model.stop()
-        if self._zmq is not None:
-            self._zmq.term()
-            self._zmq = None
+        remove_shm(self._shm_prefix)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
@@ -244,6 +241,13 @@ class Triton(_ModelHost):
             self._running = True
             atexit.register(self.stop)
 
+    def _model_repository(self) -> pathlib.Path:
+        if self._config.model_repository is None:
+            return super()._model_repository()
+        path = pathlib.Path(self._config.model_repository)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def _check_ports(self) -> None:
         c = self._config
         if c.allow_http is not False:
@@ -264,15 +268,15 @@ class Triton(_ModelHost):
         return flags
 
     def _start_server(self, server_dir: pathlib.Path, env: dict[str, str]) -> None:
-        shm_prefix = f"tritonrt_{uuid.uuid4().hex[:12]}_"
-        repository_path = self._config.model_repository or self._model_repository()
+        shm_prefix = self._shm_prefix
+        repository_path = self._model_repository()
         backend_config = {**PYTHON_BACKEND_SHM, "shm-region-prefix-name": shm_prefix}
         command = server_command(server_dir, self._config, repository_path, backend_config, self._security_flags())
         self._server = TritonServerProcess(
             command,
             env,
             shm_prefix=shm_prefix,
-            cleanup=[self._socket_dir],
+            cleanup=[self._socket_dir, *([self._workspace] if self._own_workspace else [])],
             verbose=bool(self._config.log_verbose),
         )
         self._server.register_on_exit(self._on_server_exit)

@@ -41,9 +41,7 @@ def verify_parameters(values: Mapping[str, Any] | None, what: str) -> None:
     if values is None:
         return
     if not isinstance(values, Mapping):
-        raise PyTritonClientValueError(
-            f"{what} must be a dict of names to values, got {type(values).__name__}."
-        )
+        raise PyTritonClientValueError(f"{what} must be a dict of names to values, got {type(values).__name__}.")
     allowed = (str, int, bool, float) if what == "parameters" else (str, int, bool)
     allowed_names = ", ".join(kind.__name__ for kind in allowed)
     for key, value in values.items():
@@ -60,8 +58,7 @@ def headers_as_strings(headers: Mapping[str, Any] | None) -> dict[str, str]:
     if not headers:
         return {}
     return {
-        key.lower(): (str(value).lower() if isinstance(value, bool) else str(value))
-        for key, value in headers.items()
+        key.lower(): (str(value).lower() if isinstance(value, bool) else str(value)) for key, value in headers.items()
     }
 
 
@@ -88,8 +85,7 @@ def map_inputs(
     if inputs:
         if len(inputs) > len(specs):
             raise PyTritonClientValueError(
-                f"Model {model!r} has {len(specs)} inputs ({names}) but {len(inputs)} positional inputs "
-                "were given."
+                f"Model {model!r} has {len(specs)} inputs ({names}) but {len(inputs)} positional inputs were given."
             )
         named = dict(zip(specs, inputs, strict=False))
     else:
@@ -101,8 +97,7 @@ def map_inputs(
     missing = [spec.name for spec in model_config.inputs if spec.name not in named and not spec.optional]
     if missing:
         raise PyTritonClientValueError(
-            f"Model {model!r} needs input(s) {', '.join(missing)} that were not given; "
-            f"its inputs are: {names}."
+            f"Model {model!r} needs input(s) {', '.join(missing)} that were not given; its inputs are: {names}."
         )
     return named
 

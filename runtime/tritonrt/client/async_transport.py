@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException
 
 from tritonrt.client.errors import from_tritonclient, server_error, timeout_error, unreachable_error
 from tritonrt.client.exceptions import PyTritonClientValueError
-from tritonrt.client.grpc_transport import build_grpc_inputs, grpc_outputs, is_deadline, is_final_response
+from tritonrt.client.grpc_transport import build_grpc_inputs, grpc_outputs, is_deadline
 from tritonrt.client.http_transport import HttpTransport, build_http_inputs
 from tritonrt.client.url import TritonUrl
 
@@ -109,9 +109,7 @@ class AsyncHttpTransport(_AsyncTransport):
             lambda: self.client.get_model_repository_index(headers=self._headers()),
         )
 
-    async def model_config(
-        self, model_name: str, model_version: str | None, timeout: float
-    ) -> dict[str, Any]:
+    async def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
         """The model's config as JSON."""
         return await self._call(
             "Reading the model config",
@@ -202,9 +200,7 @@ class AsyncGrpcTransport(_AsyncTransport):
         )
         return index.get("models", [])
 
-    async def model_config(
-        self, model_name: str, model_version: str | None, timeout: float
-    ) -> dict[str, Any]:
+    async def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
         """The model's config as JSON (proto3 JSON)."""
         response = await self._call(
             "Reading the model config",
@@ -279,27 +275,26 @@ class AsyncGrpcTransport(_AsyncTransport):
         headers: Mapping[str, str] | None,
         timeout: float,
     ) -> AsyncIterator[dict[str, np.ndarray]]:
-        """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait."""
-        finished = asyncio.Event()
+        """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
+
+        The request stream ends after the one request; the server then closes the response stream once
+        the model sent its final response.
+        """
         request = {
             "model_name": model_name,
             "model_version": model_version or "",
             "inputs": build_grpc_inputs(named),
             "outputs": [tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
             "parameters": dict(parameters) if parameters else None,
-            "enable_empty_final_response": True,
         }
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield request
-            await finished.wait()  # keep the stream open until the last response came
 
-        responses = await self._call(
-            "Inference",
-            model_name,
-            timeout,
-            lambda: self.client.stream_infer(requests(), headers=self._headers(headers)),
-        )
+        try:  # stream_infer is a plain function returning an async iterator
+            responses = self.client.stream_infer(requests(), headers=self._headers(headers))
+        except InferenceServerException as error:
+            raise from_tritonclient(error, url=self.url, action="Inference", model=model_name) from None
         try:
             while True:
                 try:
@@ -322,15 +317,10 @@ class AsyncGrpcTransport(_AsyncTransport):
                     raise from_tritonclient(error, url=self.url, action="Inference", model=model_name)
                 if result.get_response().outputs:
                     yield grpc_outputs(result)
-                if is_final_response(result):
-                    return
         finally:
-            finished.set()
             responses.cancel()
 
 
-def make_async_transport(
-    url: TritonUrl, auth_headers: Mapping[str, str]
-) -> AsyncHttpTransport | AsyncGrpcTransport:
+def make_async_transport(url: TritonUrl, auth_headers: Mapping[str, str]) -> AsyncHttpTransport | AsyncGrpcTransport:
     """The asyncio transport for the URL's scheme."""
     return (AsyncGrpcTransport if url.scheme == "grpc" else AsyncHttpTransport)(url, auth_headers)

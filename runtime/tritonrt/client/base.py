@@ -69,8 +69,7 @@ class ClientSettings:
             raise PyTritonClientValueError(f"model_name must be a non-empty string, got {model_name!r}.")
         if model_version is not None and not str(model_version).isdigit():
             raise PyTritonClientValueError(
-                f"model_version must be a version number like 1 or '2' (or None for the latest), "
-                f"got {model_version!r}."
+                f"model_version must be a version number like 1 or '2' (or None for the latest), got {model_version!r}."
             )
         if access_token is not None and (not isinstance(access_token, str) or not access_token):
             raise PyTritonClientValueError("access_token must be a non-empty string (or None).")
@@ -79,9 +78,7 @@ class ClientSettings:
             model_name=model_name,
             model_version=str(model_version) if model_version is not None else None,
             init_timeout_s=_timeout(init_timeout_s, DEFAULT_INIT_TIMEOUT_S, "init_timeout_s"),
-            inference_timeout_s=_timeout(
-                inference_timeout_s, DEFAULT_INFERENCE_TIMEOUT_S, "inference_timeout_s"
-            ),
+            inference_timeout_s=_timeout(inference_timeout_s, DEFAULT_INFERENCE_TIMEOUT_S, "inference_timeout_s"),
             access_token=access_token,
         )
 
@@ -170,9 +167,7 @@ class ClientBase:
         return named, headers_as_strings(headers)
 
     @staticmethod
-    def _finish(
-        config: TritonModelConfig, outputs: dict[str, np.ndarray], *, sample: bool
-    ) -> dict[str, np.ndarray]:
+    def _finish(config: TritonModelConfig, outputs: dict[str, np.ndarray], *, sample: bool) -> dict[str, np.ndarray]:
         return remove_batch_axis(outputs) if sample and config.batching else outputs
 
     @staticmethod

@@ -134,9 +134,7 @@ class ModelClient(ClientBase):
             PyTritonClientClosedError: the client is closed.
         """
         self._check_open()
-        wait_for_model_ready(
-            self._transport, self._settings.model_name, self._settings.model_version, timeout_s
-        )
+        wait_for_model_ready(self._transport, self._settings.model_name, self._settings.model_version, timeout_s)
         self._model_ready = True
 
     def infer_sample(
@@ -185,9 +183,7 @@ class ModelClient(ClientBase):
         """
         return self._infer(inputs, named_inputs, parameters, headers, sample=False)
 
-    def load_model(
-        self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
-    ):
+    def load_model(self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None):
         """Ask the server to load (or reload) the model; needs the access token where the server restricts it.
 
         Args:
@@ -233,9 +229,7 @@ class ModelClient(ClientBase):
                 )
                 self._model_ready = True
             if self._model_config is None:
-                raw = self._transport.model_config(
-                    settings.model_name, settings.model_version, settings.init_timeout_s
-                )
+                raw = self._transport.model_config(settings.model_name, settings.model_version, settings.init_timeout_s)
                 self._model_config = parse_model_config(raw, settings.version_number)
             return self._model_config
 

@@ -42,9 +42,7 @@ def timeout_error(url: TritonUrl, action: str, timeout_s: float, setting: str) -
     )
 
 
-def server_error(
-    message: str, status: str | None, *, url: TritonUrl, action: str, model: str
-) -> PyTritonClientError:
+def server_error(message: str, status: str | None, *, url: TritonUrl, action: str, model: str) -> PyTritonClientError:
     """Map a server's error reply (status: HTTP code or gRPC ``StatusCode.X``) to a client exception."""
     status = status or ""
     lowered = message.lower()

@@ -113,9 +113,7 @@ class FuturesModelClient(ClientBase):
             PyTritonClientClosedError: the client is closed.
             PyTritonClientQueueFullError: the queue is full and the client is non-blocking.
         """
-        return self._submit(
-            self._client.infer_sample, *inputs, parameters=parameters, headers=headers, **named_inputs
-        )
+        return self._submit(self._client.infer_sample, *inputs, parameters=parameters, headers=headers, **named_inputs)
 
     def infer_batch(
         self,
@@ -125,9 +123,7 @@ class FuturesModelClient(ClientBase):
         **named_inputs: np.ndarray,
     ) -> Future:
         """Future of ``ModelClient.infer_batch``'s result (raises as ``infer_sample``)."""
-        return self._submit(
-            self._client.infer_batch, *inputs, parameters=parameters, headers=headers, **named_inputs
-        )
+        return self._submit(self._client.infer_batch, *inputs, parameters=parameters, headers=headers, **named_inputs)
 
     def model_config(self) -> Future:
         """Future of the model's ``TritonModelConfig`` (read after waiting up to ``init_timeout_s``)."""
@@ -137,9 +133,7 @@ class FuturesModelClient(ClientBase):
         """Future that resolves to None once the model is ready (or raises PyTritonClientTimeoutError)."""
         return self._submit(self._client.wait_for_model, timeout_s)
 
-    def load_model(
-        self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
-    ):
+    def load_model(self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None):
         """Future of ``ModelClient.load_model``."""
         return self._submit(self._client.load_model, config, files)
 

@@ -1,9 +1,10 @@
 """A thread-safe, gevent-free HTTP transport for the KServe v2 protocol.
 
 tritonclient.http runs on geventhttpclient, whose connections belong to the thread that made them.
-This transport sends requests with the standard library's ``http.client`` instead (one keep-alive
-connection per thread) and uses tritonclient.http only to encode and decode inference bodies, so one
-client can be shared by many threads. Every call takes its own timeout, sub-second ones included.
+This transport sends requests with the standard library's ``http.client`` instead (a pool of keep-alive
+connections, each used by one request at a time) and uses tritonclient.http only to encode and decode
+inference bodies, so one client can be shared by many threads. Every call takes its own timeout,
+sub-second ones included.
 
 Example::
 
@@ -31,6 +32,7 @@ from tritonrt.client.url import TritonUrl
 
 _STALE_CONNECTION_ERRORS = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 _HEADER_LENGTH = "Inference-Header-Content-Length"
+_MAX_IDLE_CONNECTIONS = 32
 
 
 def model_path(model_name: str, model_version: str | None) -> str:
@@ -67,22 +69,20 @@ class HttpTransport:
     def __init__(self, url: TritonUrl, auth_headers: Mapping[str, str]):
         self.url = url
         self._auth_headers = dict(auth_headers)
-        self._local = threading.local()
-        self._connections: set[http.client.HTTPConnection] = set()
+        self._idle: list[http.client.HTTPConnection] = []  # keep-alive connections free for reuse
         self._lock = threading.Lock()
+        self._closed = False
 
     # -- readiness and metadata ------------------------------------------------------------------
 
     def is_server_live(self, timeout: float) -> bool:
         """True when the server answers its liveness probe."""
-        status, _, _ = self._request("GET", "/v2/health/live", timeout=timeout, action="Liveness check")
-        return status == 200
+        return self._probe("/v2/health/live", timeout, "Liveness check", "")
 
     def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
         """True when the model (version) is loaded and ready."""
         path = model_path(model_name, model_version) + "/ready"
-        status, _, _ = self._request("GET", path, timeout=timeout, action="Model readiness check")
-        return status == 200
+        return self._probe(path, timeout, "Model readiness check", model_name)
 
     def repository_index(self, timeout: float) -> list[dict[str, Any]]:
         """Entries (name, version, state, reason) of the model repository index."""
@@ -147,13 +147,21 @@ class HttpTransport:
         return {name: result.as_numpy(name) for name in names}
 
     def close(self) -> None:
-        """Close every connection, whichever thread opened it."""
+        """Close the idle connections now and the busy ones when their request ends."""
         with self._lock:
-            connections, self._connections = self._connections, set()
-        for connection in connections:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
             connection.close()
 
     # -- plumbing --------------------------------------------------------------------------------
+
+    def _probe(self, path: str, timeout: float, action: str, model: str) -> bool:
+        """True for 200, False for another answer; a refusal (403: access token needed) raises."""
+        status, _, data = self._request("GET", path, timeout=timeout, action=action)
+        if status == 403:
+            raise server_error(_error_text(data), str(status), url=self.url, action=action, model=model)
+        return status == 200
 
     def _json(
         self,
@@ -170,21 +178,19 @@ class HttpTransport:
             raise server_error(_error_text(data), str(status), url=self.url, action=action, model=model)
         return json.loads(data) if expect_body else None
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
-            return connection, True
-        connection = http.client.HTTPConnection(self.url.hostname, self.url.port)
-        self._local.connection = connection
+    def _acquire(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection (reused=True) or a new one; each is used by one request at a time."""
         with self._lock:
-            self._connections.add(connection)
-        return connection, False
+            if self._idle:
+                return self._idle.pop(), True
+        return http.client.HTTPConnection(self.url.hostname, self.url.port), False
 
-    def _drop(self, connection: http.client.HTTPConnection) -> None:
-        connection.close()
-        self._local.connection = None
+    def _release(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
-            self._connections.discard(connection)
+            if not self._closed and len(self._idle) < _MAX_IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.close()
 
     def _request(
         self,
@@ -198,7 +204,7 @@ class HttpTransport:
     ) -> tuple[int, http.client.HTTPMessage, bytes]:
         all_headers = {**self._auth_headers, **(headers or {})}
         while True:
-            connection, reused = self._connection()
+            connection, reused = self._acquire()
             connection.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
@@ -207,19 +213,21 @@ class HttpTransport:
                 response = connection.getresponse()
                 data = response.read()
             except TimeoutError:
-                self._drop(connection)
+                connection.close()
                 setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
                 raise timeout_error(self.url, action, timeout, setting) from None
             except _STALE_CONNECTION_ERRORS as error:
-                self._drop(connection)
+                connection.close()
                 if reused:  # the server closed an idle keep-alive connection: retry on a fresh one
                     continue
                 raise unreachable_error(self.url, error) from None
             except (OSError, http.client.HTTPException) as error:
-                self._drop(connection)
+                connection.close()
                 raise unreachable_error(self.url, error) from None
             if response.will_close:
-                self._drop(connection)
+                connection.close()
+            else:
+                self._release(connection)
             return response.status, response.headers, data
 
 

@@ -41,9 +41,7 @@ def parse_model_config(config: dict[str, Any], model_version: int | None = None)
         outputs=[_parse_tensor(tensor) for tensor in config.get("output", [])],
         response_cache=bool(config.get("response_cache", {}).get("enable", False)),
         decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled", False)),
-        backend_parameters={
-            key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()
-        },
+        backend_parameters={key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()},
     )
 
 
@@ -89,9 +87,7 @@ def _parse_batcher(batcher: dict[str, Any]) -> DynamicBatcher:
         priority_levels=int(batcher.get("priority_levels", 0)),
         default_priority_level=int(batcher.get("default_priority_level", 0)),
         default_queue_policy=_parse_queue_policy(default_policy) if default_policy else None,
-        priority_queue_policy={
-            int(level): _parse_queue_policy(policy) for level, policy in priority_policies.items()
-        }
+        priority_queue_policy={int(level): _parse_queue_policy(policy) for level, policy in priority_policies.items()}
         or None,
     )
 

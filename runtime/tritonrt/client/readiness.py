@@ -98,9 +98,7 @@ class _Wait:
             )
 
 
-def wait_for_model_ready(
-    transport: Any, model_name: str, model_version: str | None, timeout_s: float
-) -> None:
+def wait_for_model_ready(transport: Any, model_name: str, model_version: str | None, timeout_s: float) -> None:
     """Block until the server is live and the model ready.
 
     Raises:

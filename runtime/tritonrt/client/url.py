@@ -38,16 +38,13 @@ class TritonUrl:
                 http or grpc, has no host, a path, or a bad port.
         """
         if not isinstance(url, str):
-            raise PyTritonClientInvalidUrlError(
-                f"Invalid url {url!r}: the url must be a string, {_EXAMPLES}."
-            )
+            raise PyTritonClientInvalidUrlError(f"Invalid url {url!r}: the url must be a string, {_EXAMPLES}.")
         text = url.strip()
         if "://" in text:
             scheme = text.split("://", 1)[0].lower()
             if scheme not in _DEFAULT_PORTS:
                 raise PyTritonClientInvalidUrlError(
-                    f"Invalid url {url!r}: scheme {scheme!r} is not supported; use http:// or grpc://, "
-                    f"{_EXAMPLES}."
+                    f"Invalid url {url!r}: scheme {scheme!r} is not supported; use http:// or grpc://, {_EXAMPLES}."
                 )
         else:
             scheme = "http"
@@ -55,8 +52,7 @@ class TritonUrl:
         parts = urllib.parse.urlsplit(text)
         if parts.path not in ("", "/") or parts.query or parts.fragment:
             raise PyTritonClientInvalidUrlError(
-                f"Invalid url {url!r}: give only the scheme, host and port of the server, without a path, "
-                f"{_EXAMPLES}."
+                f"Invalid url {url!r}: give only the scheme, host and port of the server, without a path, {_EXAMPLES}."
             )
         if not parts.hostname:
             raise PyTritonClientInvalidUrlError(f"Invalid url {url!r}: it names no host, {_EXAMPLES}.")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable, Sequence
 
-import zmq
-
 from tritonrt.models.spec import TritonModelConfig
 from tritonrt.proxy.worker import CallableWorker
 
@@ -28,25 +26,27 @@ class BoundModel:
     def name(self) -> str:
         return self.config.model_name
 
-    def attach(self, socket_dir: pathlib.Path, owner_pid: int) -> None:
+    def attach(self, socket_dir: pathlib.Path, owner_pid: int, shm_prefix: str) -> None:
         """Record where the proxy finds the workers (call before writing config.pbtxt)."""
         self.config.backend_parameters.update(
+            tritonrt_shm_prefix=shm_prefix,
             tritonrt_socket_dir=str(socket_dir),
             tritonrt_model_key=self.key,
             tritonrt_instances=str(len(self.callables)),
             tritonrt_owner_pid=str(owner_pid),
         )
 
-    def start(self, socket_dir: pathlib.Path, context: zmq.Context, on_unrecoverable: Callable[[str], None]) -> None:
+    def start(self, socket_dir: pathlib.Path, shm_prefix: str, on_unrecoverable: Callable[[str], None]) -> None:
         """Bind the workers' sockets and start their threads."""
         for index, infer_callable in enumerate(self.callables):
-            (socket_dir / f"{self.key}.{index}.claim").touch(mode=0o600)
+            # Streamed replies go inline: the stub may still read one while the next is written.
+            region_prefix = None if self.config.decoupled else f"{shm_prefix}{self.key}_{index}_resp_"
             worker = CallableWorker(
                 infer_callable,
-                f"ipc://{socket_dir / f'{self.key}.{index}.sock'}",
+                socket_dir / f"{self.key}.{index}.sock",
                 self.config,
                 strict=self.strict,
-                context=context,
+                region_prefix=region_prefix,
                 on_unrecoverable=on_unrecoverable,
             )
             worker.start()

@@ -130,9 +130,7 @@ def build_model_config(
 def _check_int(value: Any, field: str, minimum: int, maximum: int, hint: str = "") -> int:
     """Return ``value`` as int if it is an integer (not bool) in [minimum, maximum], else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= maximum:
-        raise PyTritonBadParameterError(
-            f"{field} must be an integer in [{minimum}, {maximum}], got {value!r}{hint}."
-        )
+        raise PyTritonBadParameterError(f"{field} must be an integer in [{minimum}, {maximum}], got {value!r}{hint}.")
     return int(value)
 
 
@@ -146,8 +144,7 @@ def _resolve_tensors(tensors: Sequence[Tensor], kind: str, where: str) -> list[T
     for index, tensor in enumerate(tensors):
         if not isinstance(tensor, Tensor):
             raise PyTritonValidationError(
-                f"{where}: {group}[{index}] must be a tritonrt.model_config.Tensor, "
-                f"got {type(tensor).__name__}."
+                f"{where}: {group}[{index}] must be a tritonrt.model_config.Tensor, got {type(tensor).__name__}."
             )
         if tensor.name is not None and (not isinstance(tensor.name, str) or not tensor.name):
             raise PyTritonBadParameterError(
@@ -209,9 +206,7 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
     preferred = batcher.preferred_batch_size
     if preferred is not None:
         if isinstance(preferred, (str, bytes)) or not isinstance(preferred, Sequence):
-            raise PyTritonBadParameterError(
-                f"{field}.preferred_batch_size must be a list of ints, got {preferred!r}."
-            )
+            raise PyTritonBadParameterError(f"{field}.preferred_batch_size must be a list of ints, got {preferred!r}.")
         for size in preferred:
             _check_int(
                 size,
@@ -246,8 +241,7 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
     policies = batcher.priority_queue_policy or {}
     if not isinstance(policies, dict):
         raise PyTritonBadParameterError(
-            f"{field}.priority_queue_policy must be a dict of priority level to QueuePolicy, "
-            f"got {policies!r}."
+            f"{field}.priority_queue_policy must be a dict of priority level to QueuePolicy, got {policies!r}."
         )
     for level, policy in policies.items():
         _check_int(
@@ -296,8 +290,7 @@ def _check_preserve_ordering(batcher: DynamicBatcher, levels: int, field: str) -
             f"got priority_levels={levels}; disable preserve_ordering or use a single level."
         )
     policies = [("default_queue_policy", batcher.default_queue_policy)] + [
-        (f"priority_queue_policy[{level}]", policy)
-        for level, policy in (batcher.priority_queue_policy or {}).items()
+        (f"priority_queue_policy[{level}]", policy) for level, policy in (batcher.priority_queue_policy or {}).items()
     ]
     for name, policy in policies:
         delays = policy is not None and policy.timeout_action is TimeoutAction.DELAY

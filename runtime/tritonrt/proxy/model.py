@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import pathlib
+import socket
 
 import numpy as np
-import zmq
-
 import triton_python_backend_utils as pb_utils  # provided by the stub, importable only in it
-from tritonrt.proxy import protocol
 
-_WAIT_SLICE_MS = 1000
+from tritonrt.proxy import protocol
+from tritonrt.proxy.transport import Channel, PeerGone
 
 
 def _parameter(config: dict, key: str) -> str:
@@ -38,15 +36,14 @@ class TritonPythonModel:
         self._name = config["name"]
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self._owner_pid = int(_parameter(config, "tritonrt_owner_pid"))
-        self._inputs = [spec["name"] for spec in config["input"]]
         socket_dir = pathlib.Path(_parameter(config, "tritonrt_socket_dir"))
         key = _parameter(config, "tritonrt_model_key")
         count = int(_parameter(config, "tritonrt_instances"))
         self._claim, index = self._claim_slot(socket_dir, key, count)
-        self._context = zmq.Context(io_threads=1)
-        self._socket = self._context.socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.connect(f"ipc://{socket_dir / f'{key}.{index}.sock'}")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(socket_dir / f"{key}.{index}.sock"))
+        region_prefix = f"{_parameter(config, 'tritonrt_shm_prefix')}{key}_{index}_req_"
+        self._channel = Channel(sock, region_prefix)
 
     def _claim_slot(self, socket_dir: pathlib.Path, key: str, count: int):
         for index in range(count):
@@ -62,70 +59,65 @@ class TritonPythonModel:
         )
 
     def execute(self, requests):
-        batch, held = [], []  # the pb tensors own the memory their numpy views point into
+        groups, held = [], []  # the pb tensors own the memory their numpy views point into
         for request in requests:
             tensors = request.inputs()
             held.append(tensors)
-            inputs = {tensor.name(): tensor.as_numpy() for tensor in tensors}
-            parameters = json.loads(request.parameters() or "{}")
             requested = request.requested_output_names()
-            batch.append((parameters, sorted(requested) if requested else None, inputs))
-        self._socket.send_multipart(protocol.encode_requests(batch), copy=False)
-        if self._decoupled:
-            self._stream(requests)
-            return None
-        kind, payload = self._receive()
+            extra = (json.loads(request.parameters() or "{}"), sorted(requested) if requested else None)
+            groups.append((extra, {tensor.name(): tensor.as_numpy() for tensor in tensors}))
+        try:
+            self._channel.send(protocol.INFER, groups)
+            if self._decoupled:
+                self._stream(requests)
+                return None
+            kind, _, outputs, note = self._receive()
+        except (PeerGone, OSError) as error:
+            message = f"tritonrt: lost the process serving model {self._name!r} (pid {self._owner_pid}): {error}"
+            if self._decoupled:
+                for request in requests:
+                    request.get_response_sender().send(
+                        self._error_response(message), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                    )
+                return None
+            return [self._error_response(message) for _ in requests]
         if kind != protocol.OK:
-            return [self._error_response(payload) for _ in requests]
-        return [self._response(outputs) for outputs in payload]
+            return [self._error_response(note) for _ in requests]
+        return [self._response(tensors) for tensors in outputs]
+
+    def _receive(self):
+        kind, extras, outputs, note = self._channel.recv()
+        if isinstance(note, tuple):  # the last reply of a call: (note, retire)
+            note, retire = note
+            if retire:
+                self._channel.retire_out_region()
+        return kind, extras, outputs, note
 
     def _stream(self, requests) -> None:
         senders = [request.get_response_sender() for request in requests]
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         while True:
-            kind, payload = self._receive()
+            kind, _, outputs, note = self._receive()
             if kind == protocol.PARTIAL:
-                for sender, outputs in zip(senders, payload):
-                    sender.send(self._response(outputs))
+                for sender, tensors in zip(senders, outputs, strict=False):
+                    sender.send(self._response(tensors))
             elif kind == protocol.FINAL:
                 for sender in senders:
                     sender.send(flags=final)
                 return
             else:
                 for sender in senders:
-                    sender.send(self._error_response(payload), flags=final)
+                    sender.send(self._error_response(note), flags=final)
                 return
-
-    def _receive(self):
-        while not self._socket.poll(_WAIT_SLICE_MS):
-            if not _alive(self._owner_pid):
-                return protocol.ERROR, (
-                    f"tritonrt: the process serving model {self._name!r} (pid {self._owner_pid}) is gone"
-                )
-        return protocol.decode_reply(self._socket.recv_multipart(copy=False))
 
     @staticmethod
     def _response(outputs: dict):
-        tensors = []
-        for name, array in outputs.items():
-            tensors.append(pb_utils.Tensor(name, np.array(array)))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()])
 
     @staticmethod
     def _error_response(message: str):
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
     def finalize(self) -> None:
-        self._socket.close(linger=0)
-        self._context.term()
+        self._channel.close()
         self._claim.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -17,7 +17,7 @@ def _dtype_matches(expected: type, actual: np.dtype) -> bool:
 
 
 def _shape_matches(expected: Sequence[int], actual: Sequence[int]) -> bool:
-    return len(expected) == len(actual) and all(e == -1 or e == a for e, a in zip(expected, actual))
+    return len(expected) == len(actual) and all(e == -1 or e == a for e, a in zip(expected, actual, strict=True))
 
 
 def validate_outputs(config: TritonModelConfig, responses: Sequence[dict]) -> None:
@@ -33,8 +33,7 @@ def validate_outputs(config: TritonModelConfig, responses: Sequence[dict]) -> No
                 )
             if not isinstance(value, np.ndarray):
                 raise PyTritonValidationError(
-                    f"Model {config.model_name!r}: output {name!r} must be a numpy array, got "
-                    f"{type(value).__name__}."
+                    f"Model {config.model_name!r}: output {name!r} must be a numpy array, got {type(value).__name__}."
                 )
             if not _dtype_matches(spec.dtype, value.dtype):
                 raise PyTritonValidationError(

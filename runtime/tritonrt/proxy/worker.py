@@ -1,8 +1,8 @@
 """The user-process side of the proxy: one worker thread per inference callable (model instance).
 
-Each worker owns a zmq ROUTER socket on an ipc address; exactly one proxy model instance (a stub
-process) connects to it. The worker receives a batch of requests, calls the callable in its own thread
-(no hop to another thread), and replies: one message, or a stream of them for decoupled models.
+Each worker listens on a Unix socket; exactly one proxy model instance (a stub process) connects. The
+worker receives a batch of requests, calls the callable in its own thread (no hop to another thread) and
+replies: one message, or a stream of them for decoupled models.
 """
 
 from __future__ import annotations
@@ -10,88 +10,114 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import pathlib
+import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import zmq
 
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.models.spec import TritonModelConfig
 from tritonrt.proxy import protocol
+from tritonrt.proxy.transport import Channel, PeerGone
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.validation import validate_outputs
 
 LOGGER = logging.getLogger("tritonrt.proxy")
 
-_POLL_MS = 100
-
 
 class CallableWorker(threading.Thread):
-    """Serve one inference callable on ``address`` until :meth:`stop`.
+    """Serve one inference callable on the Unix socket ``path`` until :meth:`stop`.
 
-    ``on_unrecoverable(message)`` is called (from this thread) when the callable raises
-    ``PyTritonUnrecoverableError``.
+    ``region_prefix`` names the shared memory for large outputs; ``on_unrecoverable(message)`` is called
+    (from this thread) when the callable raises ``PyTritonUnrecoverableError``.
     """
 
     def __init__(
         self,
         infer_callable: Callable,
-        address: str,
+        path: pathlib.Path,
         model_config: TritonModelConfig,
         *,
         strict: bool,
-        context: zmq.Context,
+        region_prefix: str,
         on_unrecoverable: Callable[[str], None],
     ):
-        super().__init__(name=f"tritonrt-{model_config.model_name}-{address.rsplit('/', 1)[-1]}", daemon=True)
+        super().__init__(name=f"tritonrt-{model_config.model_name}-{path.stem}", daemon=True)
         self._callable = infer_callable
         self._config = model_config
         self._strict = strict
+        self._region_prefix = region_prefix
         self._on_unrecoverable = on_unrecoverable
-        self._socket = context.socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.bind(address)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(path))
+        path.chmod(0o600)
+        self._listener.listen(1)
+        self._channel: Channel | None = None
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.failed: str | None = None
 
     def stop(self) -> None:
-        """Ask the worker to finish; it exits within one poll period."""
+        """Ask the worker to finish: wakes it from accept/recv; a running call completes first."""
         self._stopping.set()
+        for sock in (self._listener, self._channel._sock if self._channel else None):
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._socket, zmq.POLLIN)
         try:
             while not self._stopping.is_set():
-                if not poller.poll(_POLL_MS):
-                    continue
-                identity, *frames = self._socket.recv_multipart(copy=False)
-                self._serve(identity, frames)
+                try:
+                    connection, _ = self._listener.accept()
+                except OSError:
+                    break
+                self._channel = Channel(connection, self._region_prefix)
+                try:
+                    while not self._stopping.is_set():
+                        self._serve(self._receive_requests())
+                except (PeerGone, OSError):
+                    pass  # the stub went away (unload, restart or shutdown): wait for the next one
+                finally:
+                    self._channel.close()
         except Exception as error:  # a bug in tritonrt: make the model not alive rather than hang
             LOGGER.exception("tritonrt worker for %s failed", self._config.model_name)
             self.failed = str(error)
         finally:
-            self._socket.close(linger=0)
+            self._listener.close()
             if self._loop is not None:
                 self._loop.close()
 
-    def _send(self, identity, frames: list) -> None:
-        self._socket.send_multipart([identity, *frames], copy=False)
+    def _receive_requests(self) -> list[Request]:
+        _, extras, groups, _ = self._channel.recv()
+        return [
+            Request(inputs, parameters, requested)
+            for (parameters, requested), inputs in zip(extras, groups, strict=True)
+        ]
 
-    def _serve(self, identity, frames: Sequence) -> None:
+    def _reply(self, kind: str, responses=(), note: Any = None, last: bool = False) -> None:
+        """Send responses; the ``last`` reply of a call also tells the stub whether inputs are still viewed.
+
+        The note is then ``(note, retire)``: ``retire`` asks the stub not to reuse its request region.
+        """
+        groups = [(None, response) for response in responses]
+        finish = (lambda: (note, self._channel.retained())) if last else None
+        self._channel.send(kind, groups, note=note, finish=finish)
+
+    def _serve(self, requests: list[Request]) -> None:
+        count = len(requests)
         try:
-            requests = [
-                Request(inputs, parameters, requested)
-                for parameters, requested, inputs in protocol.decode_requests(frames)
-            ]
             result = self._call(requests)
             if self._config.decoupled:
                 for responses in self._iterate(result):
-                    self._send(identity, protocol.encode_responses(protocol.PARTIAL, self._check(responses, requests)))
-                self._send(identity, protocol.encode_final())
+                    self._reply(protocol.PARTIAL, self._check(responses, count))
+                result = requests = None
+                self._reply(protocol.FINAL, last=True)
             else:
                 if inspect.isgenerator(result) or inspect.isasyncgen(result):
                     raise PyTritonValidationError(
@@ -99,14 +125,18 @@ class CallableWorker(threading.Thread):
                         "the model is not decoupled. Return a list of dicts, or bind with "
                         "ModelConfig(decoupled=True) to stream responses."
                     )
-                self._send(identity, protocol.encode_responses(protocol.OK, self._check(result, requests)))
+                responses = self._check(result, count)
+                result = requests = None
+                self._reply(protocol.OK, responses, last=True)
         except PyTritonUnrecoverableError as error:
             message = f"Unrecoverable error in model {self._config.model_name!r}: {error}"
-            self._send(identity, protocol.encode_error(message))
+            self._reply(protocol.ERROR, note=message, last=True)
             self._on_unrecoverable(message)
+        except (PeerGone, OSError):
+            raise
         except Exception as error:
             LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
-            self._send(identity, protocol.encode_error(_describe(error)))
+            self._reply(protocol.ERROR, note=_describe(error), last=True)
 
     def _call(self, requests: list[Request]) -> Any:
         result = self._callable(requests)
@@ -133,20 +163,18 @@ class CallableWorker(threading.Thread):
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def _check(self, responses: Any, requests: list[Request]) -> list[dict[str, np.ndarray]]:
+    def _check(self, responses: Any, count: int) -> list[dict[str, np.ndarray]]:
         name = self._config.model_name
         if isinstance(responses, dict):
             raise PyTritonValidationError(
                 f"Model {name!r}: the inference callable returned a dict; it must return a list with one dict "
                 "per request (decorate it with @batch to work on batched arrays)."
             )
-        if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
-            got = f"{type(responses).__name__} of length {len(responses)}" if hasattr(responses, "__len__") else (
-                type(responses).__name__
-            )
+        if not isinstance(responses, (list, tuple)) or len(responses) != count:
+            size = f" of length {len(responses)}" if hasattr(responses, "__len__") else ""
             raise PyTritonValidationError(
                 f"Model {name!r}: the inference callable must return a list with one dict per request "
-                f"({len(requests)} requests), got {got}."
+                f"({count} requests), got {type(responses).__name__}{size}."
             )
         for response in responses:
             if not isinstance(response, dict):
@@ -156,7 +184,8 @@ class CallableWorker(threading.Thread):
                 )
         if self._strict:
             validate_outputs(self._config, responses)
-        return list(responses)
+        responses = list(responses)
+        return responses
 
 
 def _describe(error: Exception) -> str:

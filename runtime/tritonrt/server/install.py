@@ -100,7 +100,10 @@ def _download_wheel(into: pathlib.Path, progress: bool) -> pathlib.Path:
     ]  # fmt: skip
     if not progress:
         command.append("--quiet")
-    print(f"tritonrt: downloading the tritonserver build in {WHEEL_PACKAGE}=={WHEEL_VERSION} ...", file=sys.stderr)
+    print(
+        f"tritonrt: downloading the tritonserver build in {WHEEL_PACKAGE}=={WHEEL_VERSION} ...",
+        file=sys.stderr,
+    )
     result = subprocess.run(command, stdout=sys.stderr if progress else subprocess.PIPE, stderr=subprocess.STDOUT)
     wheels = sorted(into.glob("nvidia_pytriton-*.whl"))
     if result.returncode != 0 or not wheels:

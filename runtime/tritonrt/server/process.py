@@ -178,5 +178,8 @@ class TritonServerProcess:
 
 def _port_hint(log: str) -> str:
     if "address already in use" in log.lower() or "failed to start" in log.lower():
-        return "\nA port is probably in use: choose free ones with TritonConfig(http_port=..., grpc_port=..., metrics_port=...)."
+        return (
+            "\nA port is probably in use: choose free ones with "
+            "TritonConfig(http_port=..., grpc_port=..., metrics_port=...)."
+        )
     return ""

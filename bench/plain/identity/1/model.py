@@ -1,0 +1,16 @@
+"""The baseline: an identity model computed inside Triton's Python stub (no proxy)."""
+
+import sys
+
+sys.path[:0] = [p for p in __import__("json").loads(__import__("os").environ.get("BENCH_SYS_PATH", "[]"))]
+
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", data)]))
+        return responses

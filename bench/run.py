@@ -1,0 +1,230 @@
+"""Benchmark the proxy: plain Python-backend identity vs tritonrt vs PyTriton, one tritonserver build.
+
+    python bench/run.py [--duration 5] [--rounds 2] [--no-pytriton]
+
+Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
+with a gRPC driver, interleaving the servers round by round, and prints req/s, p50, p99 and the ratios to the
+plain backend. Also prints the time from Triton().run() to ready and the serving process's memory under load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import psutil
+
+HERE = pathlib.Path(__file__).resolve().parent
+CASES = [("64 B", 16, 1), ("64 B", 16, 16), ("1 MiB", 262144, 1), ("1 MiB", 262144, 16)]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_ready(port: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/identity/ready", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"server on port {port} not ready")
+
+
+class Server:
+    def __init__(self, name: str, command: list[str], env: dict[str, str]):
+        self.name = name
+        self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
+        command = [c.format(http=self.http, grpc=self.grpc, metrics=self.metrics) for c in command]
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.ready_s = None
+        if name != "plain":
+            line = self.process.stdout.readline()
+            if not line.startswith("READY"):
+                raise RuntimeError(f"{name} failed to start: {line!r}")
+            self.ready_s = float(line.split()[1])
+        wait_ready(self.http)
+
+    def rss_mib(self) -> float | None:
+        if self.name == "plain":
+            return None
+        return psutil.Process(self.process.pid).memory_info().rss / 2**20
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGINT if self.name == "plain" else signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def request_body(elements: int, workdir: pathlib.Path) -> tuple[pathlib.Path, int]:
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT", "shape": [1, elements], "datatype": "FP32", "parameters": {"binary_data_size": elements * 4}}
+            ],
+            "outputs": [{"name": "OUTPUT", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    path = workdir / f"body-{elements}.bin"
+    path.write_bytes(header + os.urandom(elements * 4))
+    return path, len(header)
+
+
+def wrk_script(body: pathlib.Path, header_length: int, workdir: pathlib.Path) -> pathlib.Path:
+    script = workdir / f"post-{body.stem}.lua"
+    script.write_text(
+        f'wrk.method = "POST"\n'
+        f'local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()\n'
+        f'wrk.headers["Inference-Header-Content-Length"] = "{header_length}"\n'
+        f'wrk.headers["Content-Type"] = "application/octet-stream"\n'
+    )
+    return script
+
+
+def _ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_wrk(port: int, script: pathlib.Path, connections: int, duration: float) -> dict:
+    out = subprocess.run(
+        ["wrk", "-t", "1", "-c", str(connections), "-d", f"{int(duration)}s", "--latency", "-s", str(script),
+         f"http://127.0.0.1:{port}/v2/models/identity/infer"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))
+    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise RuntimeError(f"wrk saw {errors.group(1)} failed responses:\n{out}")
+    return {"rps": rps, "p50": p50, "p99": p99}
+
+
+def run_grpc(port: int, elements: int, connections: int, duration: float) -> dict:
+    out = subprocess.run(
+        [sys.executable, str(HERE / "grpc_load.py"), "--url", f"127.0.0.1:{port}", "--elements", str(elements),
+         "--concurrency", str(connections), "--duration", str(duration)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def server_commands(args) -> dict[str, tuple[list[str], dict]]:
+    from tritonrt.server import environment
+    from tritonrt.server.install import find_or_install_server
+
+    server_dir = find_or_install_server()
+    env = environment.server_environment(server_dir)
+    entries, _ = environment.import_paths()
+    plain_env = dict(env, BENCH_SYS_PATH=json.dumps(entries))
+    plain = [
+        str(server_dir / "bin/tritonserver"), f"--model-repository={HERE / 'plain'}",
+        f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
+        "--metrics-port={metrics}", "--exit-timeout-secs=2",
+        "--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=4194304",
+    ]  # fmt: skip
+    serve = [str(HERE / "serve_identity.py"), "--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}"]
+    commands = {"plain": (plain, plain_env), "tritonrt": ([sys.executable, *serve, "--runtime", "tritonrt"], dict(os.environ))}
+    if args.pytriton:
+        python = HERE / ".venv-pytriton" / "bin" / "python"
+        # PyTriton's stub, like ours, must load this interpreter's libpython.
+        pyt_env = dict(os.environ, LD_LIBRARY_PATH=str(environment.python_library_dir()))
+        commands["pytriton"] = ([str(python), *serve, "--runtime", "pytriton"], pyt_env)
+    return commands
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
+    parser.add_argument("--no-grpc", dest="grpc", action="store_false")
+    args = parser.parse_args()
+    commands = server_commands(args)
+    results: dict = {}
+    memory: dict = {}
+    ready: dict = {}
+    with tempfile.TemporaryDirectory(prefix="tritonrt-bench-") as tmp:
+        workdir = pathlib.Path(tmp)
+        for name, (command, env) in commands.items():
+            print(f"starting {name} ...", file=sys.stderr, flush=True)
+        servers = {name: Server(name, command, env) for name, (command, env) in commands.items()}
+        try:
+            ready = {name: s.ready_s for name, s in servers.items() if s.ready_s is not None}
+            protocols = ["http", "grpc"] if args.grpc else ["http"]
+            for round_index in range(args.rounds):
+                for label, elements, connections in CASES:
+                    body, header_length = request_body(elements, workdir)
+                    script = wrk_script(body, header_length, workdir)
+                    for protocol in protocols:
+                        for name, server in servers.items():
+                            print(f"round {round_index + 1}: {protocol} {label} x{connections} {name}", file=sys.stderr, flush=True)
+                            if protocol == "http":
+                                figures = run_wrk(server.http, script, connections, args.duration)
+                            else:
+                                figures = run_grpc(server.grpc, elements, connections, args.duration)
+                            results.setdefault((protocol, label, connections, name), []).append(figures)
+                            rss = server.rss_mib()
+                            if rss is not None:
+                                memory[name] = max(memory.get(name, 0.0), rss)
+        finally:
+            for server in servers.values():
+                server.stop()
+    print_table(results, list(commands), memory, ready)
+    return 0
+
+
+def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> None:
+    print()
+    header = f"{'proto':5} {'case':7} {'conns':>5} | " + " | ".join(f"{n:>26}" for n in names)
+    header += " | " + " | ".join(f"{n + '/plain':>14}" for n in names if n != "plain")
+    print(header)
+    print(" " * 22 + "| " + " | ".join(f"{'req/s   p50 ms   p99 ms':>26}" for _ in names))
+    print("-" * len(header))
+    keys = sorted({k[:3] for k in results}, key=lambda k: (k[0] != "http", k[1] != "64 B", k[2]))
+    for protocol, label, connections in keys:
+        cells, medians = [], {}
+        for name in names:
+            runs = results[(protocol, label, connections, name)]
+            rps = statistics.median(r["rps"] for r in runs)
+            p50 = statistics.median(r["p50"] for r in runs)
+            p99 = statistics.median(r["p99"] for r in runs)
+            medians[name] = (rps, p50)
+            cells.append(f"{rps:9.0f} {p50:8.3f} {p99:8.3f}")
+        ratios = [f"{medians[n][0] / medians['plain'][0]:14.2f}" for n in names if n != "plain"]
+        print(f"{protocol:5} {label:7} {connections:>5} | " + " | ".join(f"{c:>26}" for c in cells) + " | " + " | ".join(ratios))
+    print()
+    for protocol in ("http", "grpc"):
+        if (protocol, "64 B", 1, "plain") in results:
+            base = statistics.median(r["p50"] for r in results[(protocol, "64 B", 1, "plain")])
+            for name in names:
+                if name != "plain":
+                    p50 = statistics.median(r["p50"] for r in results[(protocol, "64 B", 1, name)])
+                    print(f"{protocol} 64 B x1 p50 overhead vs plain: {name} {p50 - base:+.3f} ms")
+    for name, seconds in ready.items():
+        print(f"Triton().run() to ready: {name} {seconds:.2f} s")
+    for name, rss in memory.items():
+        print(f"serving process RSS under load (max): {name} {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
