@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -55,10 +56,15 @@ class Server:
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.ready_s = None
         if name != "plain":
-            line = self.process.stdout.readline()
-            if not line.startswith("READY"):
-                raise RuntimeError(f"{name} failed to start: {line!r}")
-            self.ready_s = float(line.split()[1])
+            lines = []
+            for line in self.process.stdout:  # PyTriton prints the server's log here too
+                if line.startswith("READY"):
+                    self.ready_s = float(line.split()[1])
+                    break
+                lines.append(line)
+            else:
+                raise RuntimeError(f"{name} failed to start:\n{''.join(lines[-20:])}")
+            threading.Thread(target=self.process.stdout.read, daemon=True).start()  # keep the pipe drained
         wait_ready(self.http)
 
     def rss_mib(self) -> float | None:
@@ -100,8 +106,8 @@ def wrk_script(body: pathlib.Path, header_length: int, workdir: pathlib.Path) ->
 
 
 def _ms(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
 def run_wrk(port: int, script: pathlib.Path, connections: int, duration: float) -> dict:
@@ -165,10 +171,10 @@ def main() -> int:
     ready: dict = {}
     with tempfile.TemporaryDirectory(prefix="tritonrt-bench-") as tmp:
         workdir = pathlib.Path(tmp)
-        for name, (command, env) in commands.items():
-            print(f"starting {name} ...", file=sys.stderr, flush=True)
-        servers = {name: Server(name, command, env) for name, (command, env) in commands.items()}
+        servers = {}
         try:
+            for name, (command, env) in commands.items():
+                servers[name] = Server(name, command, env)
             ready = {name: s.ready_s for name, s in servers.items() if s.ready_s is not None}
             protocols = ["http", "grpc"] if args.grpc else ["http"]
             for round_index in range(args.rounds):
