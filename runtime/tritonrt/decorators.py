@@ -302,6 +302,8 @@ def _batch_size(inputs: Mapping[str, np.ndarray], where: str) -> int:
 
 
 def _concatenate(name: str, arrays: list[np.ndarray]) -> np.ndarray:
+    if len(arrays) == 1:  # one request: its array already is the batch (no copy)
+        return arrays[0]
     try:
         return np.concatenate(arrays)
     except ValueError as error:
