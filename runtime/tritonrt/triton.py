@@ -289,7 +289,7 @@ class Triton(_ModelHost):
             grpc_port=self._config.grpc_port or DEFAULT_GRPC_PORT,
             token=self._security.access_token,
         )
-        self._server.wait_until_live(host, self._api.http_port, self._api.grpc_url, _startup_timeout_s())
+        self._server.wait_until_live(self._api.is_live, _startup_timeout_s())
         self._api.on_error_log = self._server.log_tail
 
     def _on_server_exit(self, code: int) -> None:

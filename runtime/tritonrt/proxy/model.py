@@ -1,13 +1,11 @@
 """The proxy model: runs inside Triton's Python backend stub and forwards batches to the callable.
 
 Triton loads it through the ``model.py`` shim that tritonrt writes into the model repository. On
-``initialize`` it claims one of the model's worker sockets (a lock file per callable, held for the life of
-the stub, so multi-instance models get one callable each and a restarted stub can take its slot again).
+``initialize`` it connects to the worker of its callable: instance ``i`` of a model to callable ``i``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import pathlib
 import socket
@@ -39,24 +37,25 @@ class TritonPythonModel:
         socket_dir = pathlib.Path(_parameter(config, "tritonrt_socket_dir"))
         key = _parameter(config, "tritonrt_model_key")
         count = int(_parameter(config, "tritonrt_instances"))
-        self._claim, index = self._claim_slot(socket_dir, key, count)
+        index = self._instance_index(args["model_instance_name"], count)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(str(socket_dir / f"{key}.{index}.sock"))
         region_prefix = f"{_parameter(config, 'tritonrt_shm_prefix')}{key}_{index}_req_"
         self._channel = Channel(sock, region_prefix)
 
-    def _claim_slot(self, socket_dir: pathlib.Path, key: str, count: int):
-        for index in range(count):
-            handle = open(socket_dir / f"{key}.{index}.claim", "a")  # noqa: SIM115 - held for the stub's life
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return handle, index
-            except BlockingIOError:
-                handle.close()
-        raise pb_utils.TritonModelException(
-            f"tritonrt: all {count} callables of model {self._name!r} are taken by other instances; "
-            "pass one inference callable per instance to Triton.bind()."
-        )
+    def _instance_index(self, instance_name: str, count: int) -> int:
+        """Triton names instances ``<group>_<i>``; tritonrt writes one group, so ``i`` picks the callable.
+
+        A reloaded model's new instance gets the same name, and so the same worker, as the one it replaces
+        (Triton starts the new instances before it stops the old ones).
+        """
+        suffix = instance_name.rpartition("_")[2]
+        if not suffix.isdigit() or int(suffix) >= count:
+            raise pb_utils.TritonModelException(
+                f"tritonrt: model {self._name!r} has {count} inference callable(s), but Triton started instance "
+                f"{instance_name!r}; pass one inference callable per instance to Triton.bind()."
+            )
+        return int(suffix)
 
     def execute(self, requests):
         groups, held = [], []  # the pb tensors own the memory their numpy views point into
@@ -120,4 +119,3 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._channel.close()
-        self._claim.close()

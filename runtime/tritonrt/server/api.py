@@ -56,11 +56,11 @@ class ServerApi:
         """True when the server answers its liveness check."""
         try:
             if self.http_port is not None:
-                return self._http("GET", "/v2/health/live", timeout=2)[0] == 200
+                return self._http("GET", "/v2/health/live", timeout=1)[0] == 200
             import tritonclient.grpc as grpcclient
 
             with grpcclient.InferenceServerClient(self.grpc_url) as client:
-                return client.is_server_live(headers=self._grpc_headers(), client_timeout=2)
+                return client.is_server_live(headers=self._grpc_headers(), client_timeout=1)
         except Exception:
             return False
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import http.client
 import logging
 import os
 import pathlib
@@ -45,7 +44,7 @@ class TritonServerProcess:
     Example::
 
         server = TritonServerProcess(command, env, shm_prefix="tritonrt_x_", cleanup=[socket_dir])
-        server.start(); server.wait_until_live(http_port=8000, timeout_s=60); ...; server.stop(30)
+        server.start(); server.wait_until_live(probe=api.is_live, timeout_s=60); ...; server.stop(30)
     """
 
     def __init__(
@@ -122,8 +121,8 @@ class TritonServerProcess:
         """The last lines tritonserver printed (for error messages)."""
         return "\n".join(list(self._tail)[-lines:])
 
-    def wait_until_live(self, host: str, http_port: int | None, grpc_url: str | None, timeout_s: float) -> None:
-        """Block until the server answers /v2/health/live; raise with its log if it dies or times out."""
+    def wait_until_live(self, probe: Callable[[], bool], timeout_s: float) -> None:
+        """Block until ``probe()`` says the server is live; raise with its log if it dies or times out."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.is_alive():
@@ -131,31 +130,12 @@ class TritonServerProcess:
                     f"tritonserver exited during start-up. Its last lines:\n{self.log_tail()}"
                     + _port_hint(self.log_tail())
                 )
-            if self._live(host, http_port, grpc_url):
+            if probe():
                 return
             time.sleep(0.05)
         raise PyTritonRuntimeError(
             f"tritonserver did not become live within {timeout_s:.0f} s. Its last lines:\n{self.log_tail()}"
         )
-
-    @staticmethod
-    def _live(host: str, http_port: int | None, grpc_url: str | None) -> bool:
-        if http_port is not None:
-            connection = http.client.HTTPConnection(host, http_port, timeout=1)
-            try:
-                connection.request("GET", "/v2/health/live")
-                return connection.getresponse().status == 200
-            except OSError:
-                return False
-            finally:
-                connection.close()
-        import tritonclient.grpc as grpcclient
-
-        try:
-            with grpcclient.InferenceServerClient(grpc_url) as client:
-                return client.is_server_live(client_timeout=1)
-        except Exception:
-            return False
 
     def stop(self, timeout_s: float) -> int | None:
         """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL."""

@@ -1,0 +1,60 @@
+"""Unit tests of mapping server and network errors to client exceptions."""
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tritonrt.client.errors import ServerUnreachableError, from_tritonclient, server_error, timeout_error
+from tritonrt.client.exceptions import (
+    PyTritonClientInferenceServerError,
+    PyTritonClientModelUnavailableError,
+    PyTritonClientTimeoutError,
+)
+from tritonrt.client.url import TritonUrl
+
+URL = TritonUrl.from_url("grpc://server:8001")
+
+
+def _error(message, status):
+    return server_error(message, status, url=URL, action="Inference", model="m")
+
+
+def test_restricted_endpoint_points_at_the_access_token():
+    error = _error("This API is restricted, expecting header 'triton-access-token'", "403")
+    assert type(error) is PyTritonClientInferenceServerError
+    assert "pass access_token=" in error.message
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [("Request for unknown model: 'm' is not found", "400"), ("not here", "404"), ("gone", "StatusCode.NOT_FOUND")],
+)
+def test_unknown_model_is_unavailable(message, status):
+    error = _error(message, status)
+    assert isinstance(error, PyTritonClientModelUnavailableError)
+    assert "Model 'm' is not available on the server at grpc://server:8001" in error.message
+
+
+def test_deadline_is_a_timeout():
+    assert isinstance(_error("Deadline Exceeded", "StatusCode.DEADLINE_EXCEEDED"), PyTritonClientTimeoutError)
+
+
+def test_refused_connection_is_unreachable():
+    error = _error("failed to connect to all addresses; Connection refused", "StatusCode.UNAVAILABLE")
+    assert isinstance(error, ServerUnreachableError)
+    assert "Check that the server runs" in error.message
+
+
+def test_other_errors_come_from_the_callable_or_server():
+    error = from_tritonclient(
+        InferenceServerException("ValueError: bad input", status="StatusCode.INTERNAL"),
+        url=URL,
+        action="Inference",
+        model="m",
+    )
+    assert type(error) is PyTritonClientInferenceServerError
+    assert "ValueError: bad input" in error.message and "server log" in error.message
+
+
+def test_timeout_message_names_the_setting():
+    error = timeout_error(URL, "Inference", 0.25, "inference_timeout_s")
+    assert "within 0.25 s" in error.message and "inference_timeout_s" in error.message
