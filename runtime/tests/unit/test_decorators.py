@@ -241,9 +241,7 @@ class TestBinding:
 
 class TestHelpers:
     def test_convert_output(self):
-        config = make_config(
-            [("x", (-1,), np.float32, False)], [("a", (-1,), np.float32), ("b", (-1,), np.int32)]
-        )
+        config = make_config([("x", (-1,), np.float32, False)], [("a", (-1,), np.float32), ("b", (-1,), np.int32)])
         a, b = np.zeros(1), np.ones(1)
         assert convert_output({"a": a}) == {"a": a}
         assert convert_output((a, b), model_config=config) == {"a": a, "b": b}
@@ -425,9 +423,7 @@ class TestSample:
             calls.append(x.tolist())
             return [x * 2]
 
-        bind(
-            infer, make_config([("x", (-1,), np.float32, False)], [("y", (-1,), np.float32)], batching=False)
-        )
+        bind(infer, make_config([("x", (-1,), np.float32, False)], [("y", (-1,), np.float32)], batching=False))
         responses = infer([req(x=[1.0, 2.0]), req(x=[3.0])])
         assert calls == [[1.0, 2.0], [3.0]]
         assert [r["y"].tolist() for r in responses] == [[2.0, 4.0], [6.0]]
@@ -541,9 +537,7 @@ class TestGroupByValues:
             calls.append((x.ravel().tolist(), mode.ravel().tolist()))
             return {"y": x * mode}
 
-        responses = infer(
-            [req(x=[[1.0], [2.0]], mode=[[1.0], [2.0]]), req(x=[[3.0], [4.0]], mode=[[1.0], [2.0]])]
-        )
+        responses = infer([req(x=[[1.0], [2.0]], mode=[[1.0], [2.0]]), req(x=[[3.0], [4.0]], mode=[[1.0], [2.0]])])
         assert calls == [([1.0, 3.0], [1.0, 1.0]), ([2.0, 4.0], [2.0, 2.0])]
         assert [r["y"].ravel().tolist() for r in responses] == [[1.0, 4.0], [3.0, 8.0]]
 
@@ -562,9 +556,7 @@ class TestGroupByValues:
         assert responses[0]["y"].tolist() == [2, 1, 2]
 
     def test_by_several_keys_with_tuple_outputs(self):
-        config = make_config(
-            [("a", (1,), np.int32, False), ("b", (1,), np.int32, False)], [("y", (1,), np.int32)]
-        )
+        config = make_config([("a", (1,), np.int32, False), ("b", (1,), np.int32, False)], [("y", (1,), np.int32)])
 
         @batch
         @group_by_values("a", "b")
@@ -605,9 +597,7 @@ class TestGroupByValues:
         def infer(x):
             return {"y": x}
 
-        with pytest.raises(
-            PyTritonValidationError, match=r"'temperature': no such batched input \(inputs: x\)"
-        ):
+        with pytest.raises(PyTritonValidationError, match=r"'temperature': no such batched input \(inputs: x\)"):
             infer([req(x=[1.0])])
 
     def test_bad_arguments_are_rejected_at_decoration(self):
@@ -689,9 +679,7 @@ class TestFillOptionals:
             return requests
 
         bind(infer, OPTIONALS_CONFIG)
-        with pytest.raises(
-            PyTritonBadParameterError, match="temperature: dtype=float64 expected_dtype=float32"
-        ):
+        with pytest.raises(PyTritonBadParameterError, match="temperature: dtype=float64 expected_dtype=float32"):
             infer([req(x=[1.0])])
 
     def test_default_with_wrong_shape_is_rejected(self):

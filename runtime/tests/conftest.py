@@ -1,0 +1,126 @@
+"""Fixtures shared by all of tritonrt's tests.
+
+- ``free_triton_config``: a factory of TritonConfig objects with free HTTP, gRPC and metrics ports.
+- A session-wide check that the tests leave no tritonserver, Python backend stub or tritonrt guard process
+  and no ``/dev/shm/tritonrt_*`` segment behind. Only what *this* session started counts (other test runs
+  may share the machine): processes are recognised by a marker variable every child inherits, segments by
+  the prefixes of the servers this session started.
+
+Example::
+
+    def test_something(free_triton_config):
+        with Triton(config=free_triton_config(log_verbose=1)) as triton:
+            ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tritonrt import triton as triton_module
+from tritonrt.triton import TritonConfig
+
+SESSION_MARKER = "TRITONRT_TEST_SESSION"
+_SERVER_PROCESS_MARKS = ("tritonserver", "triton_python_backend_stub", "tritonrt.server.guard")
+_LEFTOVER_WAIT_S = 30.0
+# Small, so that stop() does not wait long for clients that keep connections open.
+EXIT_TIMEOUT_SECS = 1
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that are free on all interfaces right now."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def make_free_triton_config(**overrides) -> TritonConfig:
+    """A TritonConfig on free ports with a short exit timeout; ``overrides`` set any other field."""
+    http_port, grpc_port, metrics_port = free_ports(3)
+    values = {
+        "http_port": http_port,
+        "grpc_port": grpc_port,
+        "metrics_port": metrics_port,
+        "exit_timeout_secs": EXIT_TIMEOUT_SECS,
+    }
+    return TritonConfig(**{**values, **overrides})
+
+
+@pytest.fixture(scope="session")
+def free_triton_config() -> Callable[..., TritonConfig]:
+    """Factory: ``free_triton_config(**overrides)`` -> TritonConfig with free ports."""
+    return make_free_triton_config
+
+
+def _session_processes(marker: str) -> list[str]:
+    """``"pid cmdline"`` of the server-side processes carrying this session's marker."""
+    entry_bytes = f"{SESSION_MARKER}={marker}".encode()
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if entry_bytes in environ and any(mark in cmdline for mark in _SERVER_PROCESS_MARKS):
+            found.append(f"{entry.name} {cmdline[:200]}")
+    return found
+
+
+def _segments(prefixes: set[str]) -> list[str]:
+    shm = pathlib.Path("/dev/shm")
+    return sorted(p.name for p in shm.glob("tritonrt_*") if any(p.name.startswith(x) for x in prefixes))
+
+
+def _wait_until_empty(probe: Callable[[], list[str]]) -> list[str]:
+    """Poll ``probe`` until it finds nothing or the deadline passes; return the last finding."""
+    deadline = time.monotonic() + _LEFTOVER_WAIT_S
+    found = probe()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.2)
+        found = probe()
+    return found
+
+
+@pytest.fixture(scope="session")
+def session_shm_prefixes() -> set[str]:
+    """Shared-memory prefixes of every server this session starts (tests starting servers in a
+    subprocess add theirs)."""
+    return set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftovers(session_shm_prefixes: set[str]) -> Iterator[None]:
+    """Fail the session if its servers left processes or shared memory segments behind."""
+    marker = uuid.uuid4().hex
+    previous = os.environ.get(SESSION_MARKER)
+    os.environ[SESSION_MARKER] = marker
+    original_open = triton_module._ModelHost._open_transport
+
+    def recording_open(self) -> None:  # every Triton / RemoteTriton names its segments here
+        original_open(self)
+        session_shm_prefixes.add(self._shm_prefix)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_module._ModelHost, "_open_transport", recording_open)
+        yield
+    processes = _wait_until_empty(lambda: _session_processes(marker))
+    segments = _wait_until_empty(lambda: _segments(session_shm_prefixes))
+    if previous is None:
+        os.environ.pop(SESSION_MARKER, None)
+    else:
+        os.environ[SESSION_MARKER] = previous
+    assert not processes, "The tests left server processes running:\n" + "\n".join(processes)
+    assert not segments, "The tests left shared memory segments in /dev/shm: " + ", ".join(segments)
