@@ -1,0 +1,56 @@
+# The template repository. `make demo` serves a generated service; `make test` runs every test.
+# Both set up what they need first (a virtual environment in .venv, tritonserver on first use).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO_DIR := build/demo
+DEMO_PROJECT := $(DEMO_DIR)/my-service
+# The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
+DEMO_PORT ?= 8000
+
+.DEFAULT_GOAL := help
+.PHONY: help venv install-server test lint demo clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed  ## .venv with the runtime (editable) and the test tools of requirements-dev.txt
+
+$(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e "runtime[test]" -r requirements-dev.txt
+	touch $@
+
+install-server: venv  ## download tritonserver into the user cache (otherwise done on first use)
+	$(VENV)/bin/tritonrt install-server
+
+test: install-server  ## every test: runtime/tests, loadtests/tests, tests/ (the template: hooks, bakes)
+	cd runtime && ../$(PY) -m pytest
+	$(PY) -m pytest loadtests/tests
+	$(PY) -m pytest tests
+
+lint: venv  ## ruff check and format check of the repository's Python code
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+demo: install-server  ## bake the defaults into build/demo, serve on a local tritonserver, send a request, stop
+	rm -rf $(DEMO_DIR)
+	$(PY) -m cookiecutter --no-input --output-dir $(DEMO_DIR) .
+	$(MAKE) -C $(DEMO_PROJECT) install EXTRAS=
+	@cd $(DEMO_PROJECT) && \
+	echo "==> Starting the service (python -m my_service)"; \
+	MY_SERVICE_HTTP_PORT=$(DEMO_PORT) MY_SERVICE_GRPC_PORT=$$(($(DEMO_PORT) + 1)) \
+		MY_SERVICE_METRICS_PORT=$$(($(DEMO_PORT) + 2)) .venv/bin/python -m my_service & pid=$$!; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid' EXIT; \
+	until .venv/bin/python -c "import urllib.request as r; r.urlopen('http://localhost:$(DEMO_PORT)/v2/health/ready', timeout=2)" 2>/dev/null; do \
+		kill -0 $$pid 2>/dev/null || { echo "demo: the service exited before it was ready" >&2; exit 1; }; \
+		sleep 1; \
+	done; \
+	echo "==> Sending the example request through the generated client"; \
+	.venv/bin/python -m my_service.client --url http://localhost:$(DEMO_PORT) || exit 1; \
+	echo "==> Stopping the service (SIGTERM)"; \
+	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
+
+clean:  ## remove build/ (the demo) and caches
+	rm -rf build .pytest_cache .ruff_cache

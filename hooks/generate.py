@@ -1,0 +1,123 @@
+"""Finish a generated project (run by ``post_gen_project.py`` in the new project's directory).
+
+One function per step: copy the template's ``runtime/`` (tritonrt) and ``loadtests/`` (the Locust
+library) into the project, remove the files of options not chosen, record the answers, print the next
+steps. No step needs the network.
+
+Example::
+
+    main(context, template_root=pathlib.Path("/path/to/template"), project_dir=pathlib.Path.cwd())
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+# Never vendored, at any depth: caches and build output of the template's own checkouts.
+SKIP_ANYWHERE = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "build", "dist"})
+SKIP_SUFFIXES = (".egg-info", ".pyc")
+# Files that only make sense for some answers: path in the project -> is it wanted?
+OPTIONAL_FILES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "tests/test_streaming.py": lambda answers: answers["streaming"] == "yes",
+}
+# Context keys that describe the machine that generated the project, not the answers.
+UNRECORDED_KEYS = frozenset({"_output_dir", "_repo_dir", "_checkout"})
+ANSWERS_FILE = ".cookiecutter.json"
+
+
+def vendor(source: pathlib.Path, destination: pathlib.Path, skip_top: Iterable[str] = ()) -> list[pathlib.Path]:
+    """Copy the tree ``source`` into ``destination`` and return the files copied (relative paths).
+
+    Files already in ``destination`` (the template's own, e.g. ``loadtests/locustfile.py``) are kept.
+    ``skip_top`` names entries of ``source`` itself to leave out (e.g. ``tests``).
+
+    Example::
+
+        vendor(template / "loadtests", project / "loadtests", skip_top={"tests"})
+    """
+    if not source.is_dir():
+        raise FileNotFoundError(
+            f"The template has no {source.name}/ directory at {source}; generate from a complete checkout "
+            "of the template repository."
+        )
+    skipped_at_top = set(skip_top)
+    copied = []
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if relative.parts[0] in skipped_at_top or _is_skipped(relative) or not path.is_file():
+            continue
+        target = destination / relative
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        copied.append(relative)
+    return copied
+
+
+def _is_skipped(relative: pathlib.Path) -> bool:
+    return any(part in SKIP_ANYWHERE or part.endswith(SKIP_SUFFIXES) for part in relative.parts)
+
+
+def remove_unused(project_dir: pathlib.Path, answers: Mapping[str, Any]) -> list[str]:
+    """Delete the files of options not chosen; return their paths.
+
+    Example::
+
+        remove_unused(project, {"streaming": "no"})  # ["tests/test_streaming.py"]
+    """
+    removed = []
+    for relative, wanted in OPTIONAL_FILES.items():
+        path = project_dir / relative
+        if not wanted(answers) and path.exists():
+            path.unlink()
+            removed.append(relative)
+    return removed
+
+
+def record_answers(project_dir: pathlib.Path, context: Mapping[str, Any]) -> pathlib.Path:
+    """Write the answers to ``.cookiecutter.json`` in cookiecutter's replay format.
+
+    Re-bake (e.g. after a template update) with the same answers::
+
+        cookiecutter --replay-file my-service/.cookiecutter.json <template> --overwrite-if-exists
+    """
+    answers = {key: value for key, value in context.items() if key not in UNRECORDED_KEYS}
+    path = project_dir / ANSWERS_FILE
+    path.write_text(json.dumps({"cookiecutter": answers}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def next_steps(project_dir: pathlib.Path, answers: Mapping[str, Any]) -> str:
+    """The text printed after generation: how to get from here to a served request."""
+    package = answers["package"]
+    commands = [
+        ("make install", ".venv with the tritonrt runtime and the service (editable)"),
+        ("make serve", f"python -m {package}: HTTP :8000, gRPC :8001, metrics :8002"),
+        (f".venv/bin/python -m {package}.client", "in another terminal: send an example request"),
+        ("make test", "unit and integration tests"),
+        ("make help", "everything else: lint, image, run, wheels, loadtest"),
+    ]
+    width = max(len(command) for command, _ in commands)
+    lines = [f"Created {answers['project']} in {project_dir}", "", "Next steps:", f"  cd {project_dir}"]
+    lines += [f"  {command.ljust(width)}  # {comment}" for command, comment in commands]
+    return "\n".join(lines)
+
+
+def main(context: Mapping[str, Any], template_root: pathlib.Path, project_dir: pathlib.Path) -> int:
+    """Run every step; return the hook's exit status."""
+    try:
+        vendor(template_root / "runtime", project_dir / "runtime", skip_top={"tests"})
+        vendor(template_root / "loadtests", project_dir / "loadtests", skip_top={"tests"})
+    except OSError as error:
+        print(f"Cannot finish the project: {error}", file=sys.stderr)
+        return 1
+    remove_unused(project_dir, context)
+    record_answers(project_dir, context)
+    print(next_steps(project_dir, context))
+    return 0

@@ -1,0 +1,226 @@
+"""Bake the template for each supported combination of answers and check the generated project.
+
+Every combination must render completely, parse, pass ruff, and pass its own test suite, run in a
+subprocess against a real tritonserver. The projects share this test environment (``make venv``
+installs the dependencies once); each project and its vendored runtime are installed, without
+dependencies, into a folder of their own. ``-m bake`` selects the slow suite runs, ``-m "not bake"``
+skips them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, bake, bake_interactively
+from cookiecutter.exceptions import FailedHookException
+from cookiecutter.main import cookiecutter
+from packaging.requirements import Requirement
+
+from hooks.render import markdown, one_line
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+# The supported combinations: name -> answers over the defaults.
+VARIANTS = {
+    "defaults": {},
+    "pytorch": {"framework": "pytorch"},
+    "streaming": {"streaming": "yes"},
+    "bytes-input": {"inputs": "text:bytes:1", "outputs": "length:int64:1,echo:bytes:1"},
+    "image-input": {"inputs": "image:uint8:3x224x224", "outputs": "logits:float32:10"},
+    "several-tensors": {
+        "inputs": "a:float32:-1,b:int32:2x2,mask:bool:-1x-1",
+        "outputs": "x:float64:-1,y:float16:3,flag:bool:1,label:bytes:2",
+    },
+    "batching-off": {"max_batch_size": "0", "inputs": "x:float32:-1x3", "outputs": "y:float32:-1,z:uint8:2"},
+    "batching-off-streaming": {"max_batch_size": "0", "streaming": "yes", "framework": "pytorch"},
+}
+# Files rendered from {{cookiecutter.project}}/ (vendored code may hold "{{" in f-strings).
+VENDORED = ("runtime", "loadtests")
+# Skips the generated suite may report here, each with the reason it must give.
+ALLOWED_SKIPS = {"pytorch": "torch is not installed", "batching-off-streaming": "torch is not installed"}
+JINJA = re.compile(r"(?<!\$)\{\{|\{%|\{#")  # "${{" is GitHub Actions syntax, kept by {% raw %}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def project(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated project of one variant (baked once per module)."""
+    return bake(tmp_path_factory.mktemp(request.param), **VARIANTS[request.param])
+
+
+def rendered_files(project: Path) -> list[Path]:
+    return [
+        path
+        for path in project.rglob("*")
+        if path.is_file() and (path.relative_to(project).parts[0] not in VENDORED or path.name == "locustfile.py")
+    ]
+
+
+def test_every_template_expression_is_rendered(project: Path) -> None:
+    leftovers = [
+        f"{path.relative_to(project)}: {line.strip()}"
+        for path in rendered_files(project)
+        for line in path.read_text().splitlines()
+        if JINJA.search(line)
+    ]
+    assert leftovers == []
+
+
+def test_config_files_parse(project: Path) -> None:
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == project.name
+    workflows = list((project / ".github" / "workflows").glob("*.yml"))
+    assert workflows
+    for workflow in workflows:
+        assert "jobs" in yaml.safe_load(workflow.read_text())
+    assert json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]["project"] == project.name
+
+
+def test_the_runtime_and_load_tests_are_vendored(project: Path) -> None:
+    assert (project / "runtime" / "pyproject.toml").is_file()
+    assert (project / "runtime" / "tritonrt" / "triton.py").is_file()
+    assert (project / "loadtests" / "__main__.py").is_file()
+    assert (project / "loadtests" / "locustfile.py").is_file()
+    vendored = [path.relative_to(project) for name in VENDORED for path in (project / name).rglob("*")]
+    assert [path for path in vendored if path.parts[1] == "tests" or "__pycache__" in path.parts] == []
+    assert [path for path in vendored if path.name.endswith((".egg-info", ".pyc"))] == []
+
+
+def test_only_the_chosen_options_leave_files(project: Path) -> None:
+    answers = json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]
+    assert (project / "tests" / "test_streaming.py").exists() == (answers["streaming"] == "yes")
+
+
+def test_lint_passes(project: Path) -> None:
+    result = subprocess.run(
+        ["make", "lint", f"PY={sys.executable}"], cwd=project, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_make_help_lists_every_target(project: Path) -> None:
+    result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
+    listed = re.findall(r"make (\S+)", result.stdout)
+    expected = ["help", "install", "serve", "test", "lint", "image", "run", "wheels", "loadtest", "loadtest-ui"]
+    assert listed == expected
+
+
+def test_the_shared_environment_has_every_dependency(project: Path) -> None:
+    # The suite runs in this environment: what the project needs must be installed here (requirements-dev.txt).
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    needed = [Requirement(text) for text in pyproject["dependencies"] + pyproject["optional-dependencies"]["dev"]]
+    missing = []
+    for requirement in needed:
+        try:
+            version = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        if version is None or not requirement.specifier.contains(version, prereleases=True):
+            missing.append(f"{requirement} (installed: {version})")
+    assert missing == []
+
+
+@pytest.mark.bake
+def test_the_generated_suite_passes(project: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target",
+         str(site), str(project), str(project / "runtime")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    report = tmp_path / "report.xml"
+    result = subprocess.run(
+        # The container tests belong to the image's own checks; here the unit and integration tests run.
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--ignore=tests/test_container.py",
+         f"--junitxml={report}", "-q"],
+        cwd=project, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    suite = ElementTree.parse(report).getroot().find("testsuite")
+    assert int(suite.get("tests")) >= 15
+    skipped = {case.get("name"): case.find("skipped").get("message") for case in suite.iter("testcase")
+               if case.find("skipped") is not None}  # fmt: skip
+    allowed = ALLOWED_SKIPS.get(request.node.callspec.params["project"])
+    assert all(allowed and allowed in reason for reason in skipped.values()), skipped
+    integration = [case for case in suite.iter("testcase") if case.get("classname", "").endswith("test_service")]
+    assert integration and not any(case.find("skipped") is not None for case in integration)
+
+
+# --- answers a person types, hostile ones included ------------------------------------------------
+
+
+def test_typed_free_text_renders_as_typed_and_never_runs(tmp_path: Path) -> None:
+    name = 'Svc {{ 7*7 }} "q" \\x <b>'
+    description = "Desc {% raw %} {{ cookiecutter.author }} *x* \"\"\" ''' `code`"
+    author = "O'Brien {# not a comment #}"
+    result = bake_interactively(tmp_path, {"project_name": name, "description": description, "author": author})
+    assert result.returncode == 0, result.stderr
+    (project,) = tmp_path.iterdir()
+    assert project.name == "svc-7-7-q-x-b"
+    readme = (project / "README.md").read_text()
+    assert readme.startswith(f"# {markdown(name)}\n\n{markdown(description)}\n")
+    assert f"Author: {markdown(author)}." in readme
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert (meta["description"], meta["authors"]) == (description, [{"name": author}])
+    recorded = json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]
+    assert (recorded["project_name"], recorded["description"], recorded["author"]) == (name, description, author)
+    assert "49" not in readme
+    lint = subprocess.run(["make", "lint", f"PY={sys.executable}"], cwd=project, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_quotes_newlines_and_control_characters_render_safely(tmp_path: Path) -> None:
+    description = 'first line\nsecond\tline "quoted" \\ back \x7f\x00 end\r\n'
+    author = 'Ann\n"Annie" O\'Hara\\'
+    project = bake(tmp_path, description=description, author=author)
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert (meta["description"], meta["authors"]) == (one_line(description), [{"name": one_line(author)}])
+    readme = (project / "README.md").read_text().splitlines()
+    assert readme[2] == markdown(description)
+
+
+def test_the_derived_names_follow_the_project_name(tmp_path: Path) -> None:
+    project = bake(tmp_path, project_name="Fraud Detector v2")
+    answers = json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]
+    assert (project.name, answers["package"], answers["model_name"]) == (
+        "fraud-detector-v2",
+        "fraud_detector_v2",
+        "fraud_detector_v2",
+    )
+    assert (project / "src" / "fraud_detector_v2" / "service.py").is_file()
+
+
+def test_bad_answers_stop_generation_and_leave_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FailedHookException):
+        bake(tmp_path, inputs="x:float:-1", max_batch_size="lots")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_typed_answers_are_explained(tmp_path: Path) -> None:
+    result = bake_interactively(tmp_path, {"package": "json", "outputs": "y:float32:0", "triton_image": "x; id"})
+    assert result.returncode != 0
+    assert "3 answer(s) need fixing" in result.stderr
+    for field in ("package: 'json'", "outputs: 'y:float32:0'", "triton_image: 'x; id'"):
+        assert field in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rebaking_from_the_recorded_answers_gives_the_same_project(tmp_path: Path) -> None:
+    first = bake(tmp_path / "first", **VARIANTS["several-tensors"], streaming="yes", description='"x"\ny')
+    replay = first / ".cookiecutter.json"
+    again = Path(cookiecutter(str(REPO_ROOT), replay=str(replay), output_dir=str(tmp_path / "again")))
+    files = sorted(path.relative_to(first) for path in first.rglob("*") if path.is_file())
+    assert files == sorted(path.relative_to(again) for path in again.rglob("*") if path.is_file())
+    assert [path for path in files if (first / path).read_bytes() != (again / path).read_bytes()] == []

@@ -1,0 +1,148 @@
+"""The generated service's image, built and run for real: bake, stand-in base, wheelhouse, container tests.
+
+Bakes the default project, builds (or reuses) the offline stand-in for the NGC base image
+(``docker/build_stand_in_base.py``), fills the project's ``wheels/`` with ``make wheels`` and runs the
+project's own ``tests/test_container.py`` against an image built on the stand-in with no network. The
+generated tests print the image build time, the image size above the base and the time from container
+start to ready; they are echoed here. The unit tests of the stand-in script's small pieces run anywhere.
+
+The pytorch variant is not baked here: its image needs torch's wheels (several GB with the CUDA
+libraries they pull from PyPI), too much for an offline wheelhouse in CI.
+
+Run only these::
+
+    python -m pytest tests/test_container.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import bake
+
+TEMPLATE = pathlib.Path(__file__).resolve().parents[1]
+STAND_IN_SCRIPT = TEMPLATE / "docker" / "build_stand_in_base.py"
+
+
+def _load_stand_in_script():
+    spec = importlib.util.spec_from_file_location("build_stand_in_base", STAND_IN_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+stand_in = _load_stand_in_script()
+
+
+def echo(config: pytest.Config, line: str) -> None:
+    """Print ``line`` on the terminal now, even while pytest captures output."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(line, flush=True)
+
+
+def docker_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def run_echoed(config: pytest.Config, command: list[str], **kwargs) -> tuple[int, str]:
+    """Run ``command``, echo its output line by line as it comes; return (exit status, output)."""
+    lines = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs) as process:
+        for line in process.stdout:
+            lines.append(line)
+            echo(config, "    " + line.rstrip())
+    return process.returncode, "".join(lines)
+
+
+# --- the stand-in script's pieces -----------------------------------------------------------------
+
+
+def test_recipe_hash_changes_with_the_script_and_the_server_wheel() -> None:
+    base = stand_in.recipe_hash(b"recipe", "0.7.0")
+    assert base == stand_in.recipe_hash(b"recipe", "0.7.0")
+    assert base != stand_in.recipe_hash(b"recipe changed", "0.7.0")
+    assert base != stand_in.recipe_hash(b"recipe", "0.7.1")
+
+
+def test_apt_mirror_reads_deb822_sources(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n"
+        "Components: main\n\n"
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n"
+    )
+    assert stand_in.apt_mirror(tmp_path) == "http://mirror.example/debian"
+
+
+def test_apt_mirror_reads_one_line_sources_and_skips_disabled_files(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "other.list.disabled").write_text("deb http://wrong.example/debian bookworm main\n")
+    (tmp_path / "sources.list").write_text(
+        "# deb http://commented.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"
+    )
+    assert stand_in.apt_mirror(tmp_path) == "http://mirror.example/debian"
+
+
+def test_apt_mirror_falls_back_to_debians_own(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "sources.list").write_text("deb http://mirror.example/ubuntu jammy main\n")
+    assert stand_in.apt_mirror(tmp_path) == stand_in.DEFAULT_MIRROR
+
+
+def test_rootfs_python_version_reads_the_shared_libpython(tmp_path: pathlib.Path) -> None:
+    libdir = tmp_path / "usr" / "lib" / "x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    (libdir / "libpython3.11.so.1.0").write_bytes(b"")
+    assert stand_in.rootfs_python_version(tmp_path) == "3.11"
+
+
+def test_rootfs_python_version_without_libpython_says_so(tmp_path: pathlib.Path, capsys) -> None:
+    (tmp_path / "usr" / "lib").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        stand_in.rootfs_python_version(tmp_path)
+    assert "expected one shared libpython3.X.so.1.0" in capsys.readouterr().err
+
+
+# --- the generated project's container tests, for real --------------------------------------------
+
+
+@pytest.mark.bake
+@pytest.mark.timeout(3600)
+def test_generated_container_tests_pass_on_the_stand_in_base(
+    tmp_path: pathlib.Path, pytestconfig: pytest.Config
+) -> None:
+    if not docker_answers():
+        pytest.skip("no Docker engine answers (`docker info` failed): start Docker to run the container tests")
+    project = bake(tmp_path)
+
+    echo(pytestconfig, "\nstand-in base image:")
+    status, output = run_echoed(pytestconfig, [sys.executable, str(STAND_IN_SCRIPT)])
+    assert status == 0, "building the stand-in base image failed (output above)"
+    base = output.strip().splitlines()[-1]
+
+    echo(pytestconfig, f"make wheels (for {base}) ...")
+    wheels = subprocess.run(
+        ["make", "wheels", f"PY={sys.executable}", f"BASE_IMAGE={base}"], cwd=project, capture_output=True, text=True
+    )
+    assert wheels.returncode == 0, f"make wheels failed:\n{wheels.stdout[-3000:]}\n{wheels.stderr[-3000:]}"
+    echo(pytestconfig, f"    {len(list((project / 'wheels').glob('*.whl')))} wheels in wheels/")
+
+    echo(pytestconfig, "generated container tests:")
+    env = {**os.environ, "BASE_IMAGE": base, "PYTHONPATH": os.pathsep.join(["src", "runtime"])}
+    command = [sys.executable, "-m", "pytest", "tests/test_container.py", "-p", "no:cacheprovider", "-rs", "-v"]
+    status, output = run_echoed(pytestconfig, command, cwd=project, env=env)
+    summary = output.strip().splitlines()[-1]
+    assert status == 0, f"the generated container tests failed: {summary}\n{output[-6000:]}"
+    assert re.search(r"\b\d+ passed\b", summary) and "skipped" not in summary, summary

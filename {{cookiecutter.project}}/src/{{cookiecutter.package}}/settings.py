@@ -1,0 +1,109 @@
+"""The service's settings, read from environment variables and validated.
+
+Every variable is optional; its full name starts with ``{{ cookiecutter.package | upper }}_``
+(e.g. ``{{ cookiecutter.package | upper }}_HTTP_PORT``). Unset or empty means the default.
+
+- ``HTTP_PORT`` (8000), ``GRPC_PORT`` (8001), ``METRICS_PORT`` (8002): the ports of Triton's HTTP and
+  gRPC endpoints (KServe v2) and of its Prometheus metrics.
+- ``LOG_LEVEL`` (INFO): DEBUG, INFO, WARNING, ERROR or CRITICAL; DEBUG also turns on Triton's verbose log.
+- ``INSTANCES`` (1): model instances, i.e. batches served in parallel.
+- ``MAX_QUEUE_DELAY_US`` (100): how long a request may wait for others to form a batch.
+- ``ACCESS_TOKEN`` (random): the token that unlocks the restricted endpoints (model control, shared
+  memory, statistics, trace, logging), sent as the ``triton-access-token`` header.
+- ``EXIT_TIMEOUT_S`` (30): on SIGTERM/SIGINT, how long in-flight requests get to finish.
+
+Example::
+
+    settings = Settings.from_env({"{{ cookiecutter.package | upper }}_HTTP_PORT": "9000"})
+    settings.http_port  # 9000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+PREFIX = "{{ cookiecutter.package | upper }}_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,256}")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the variable, its value and the rule."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The validated settings of one service process."""
+
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    log_level: str = "INFO"
+    instances: int = 1
+    max_queue_delay_us: int = 100
+    access_token: str | None = None
+    exit_timeout_s: int = 30
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from ``environ`` (default: ``os.environ``); raise SettingsError if one is bad."""
+        environ = os.environ if environ is None else environ
+        reader = _Reader(environ)
+        settings = cls(
+            http_port=reader.integer("HTTP_PORT", cls.http_port, 1, 65535),
+            grpc_port=reader.integer("GRPC_PORT", cls.grpc_port, 1, 65535),
+            metrics_port=reader.integer("METRICS_PORT", cls.metrics_port, 1, 65535),
+            log_level=reader.choice("LOG_LEVEL", cls.log_level, LOG_LEVELS),
+            instances=reader.integer("INSTANCES", cls.instances, 1, 64),
+            max_queue_delay_us=reader.integer("MAX_QUEUE_DELAY_US", cls.max_queue_delay_us, 0, 10_000_000),
+            access_token=reader.token("ACCESS_TOKEN"),
+            exit_timeout_s=reader.integer("EXIT_TIMEOUT_S", cls.exit_timeout_s, 0, 3600),
+        )
+        ports = {
+            "HTTP_PORT": settings.http_port,
+            "GRPC_PORT": settings.grpc_port,
+            "METRICS_PORT": settings.metrics_port,
+        }
+        if len(set(ports.values())) < len(ports):
+            listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
+            raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
+        return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reader:
+    """Reads ``PREFIX``-ed variables; unset or empty variables give the default."""
+
+    environ: Mapping[str, str]
+
+    def _raw(self, name: str) -> str | None:
+        value = self.environ.get(PREFIX + name, "").strip()
+        return value or None
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if not re.fullmatch(r"[0-9]+", raw) or not low <= int(raw) <= high:
+            raise SettingsError(f"{PREFIX}{name}={raw!r}: must be a whole number from {low} to {high}.")
+        return int(raw)
+
+    def choice(self, name: str, default: str, options: tuple[str, ...]) -> str:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if raw.upper() not in options:
+            raise SettingsError(f"{PREFIX}{name}={raw!r}: must be one of {', '.join(options)}.")
+        return raw.upper()
+
+    def token(self, name: str) -> str | None:
+        raw = self._raw(name)
+        if raw is not None and not _TOKEN.fullmatch(raw):
+            raise SettingsError(
+                f"{PREFIX}{name}=<{len(raw)} characters, not shown>: must be 16 to 256 characters from "
+                "A-Z a-z 0-9 . _ ~ -; python -c 'import secrets; print(secrets.token_urlsafe())' makes one."
+            )
+        return raw

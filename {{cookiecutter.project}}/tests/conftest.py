@@ -1,0 +1,147 @@
+"""Shared test helpers: the service started as ``python -m {{ cookiecutter.package }}`` on free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tritonrt.server.install import find_server_dir
+
+from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.model import Model
+from {{ cookiecutter.package }}.settings import PREFIX
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+# Guards against hanging, not measurements: the first start may install tritonserver.
+STARTUP_TIMEOUT_S = 600
+STOP_TIMEOUT_S = 120
+MODEL_NAMES = [spec.MODEL_NAME{{ ", spec.STREAM_MODEL_NAME" if cookiecutter.streaming == "yes" }}]
+
+
+@dataclasses.dataclass
+class Service:
+    """A running ``python -m {{ cookiecutter.package }}`` process and where to reach it."""
+
+    process: subprocess.Popen
+    log: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://127.0.0.1:{self.grpc_port}"
+
+    def output(self) -> str:
+        """What the service printed so far."""
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        """SIGTERM, then wait for the exit status (killed if it does not stop)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"The service ignored SIGTERM for {STOP_TIMEOUT_S} s; its output:\n{self.output()}")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that were free a moment ago."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def require_tritonserver() -> None:
+    """Skip when there is no tritonserver and tritonrt may not install one."""
+    no_download = os.environ.get("TRITONRT_NO_DOWNLOAD", "").strip().lower() in {"1", "true", "yes"}
+    if no_download and find_server_dir() is None:
+        pytest.skip("no tritonserver found and TRITONRT_NO_DOWNLOAD=1: run tritonrt install-server")
+
+
+def start_service(log: Path, **settings: str) -> Service:
+    """Start the service on free ports, ``settings`` (names without the prefix) added; wait until ready."""
+    require_tritonserver()
+    http_port, grpc_port, metrics_port = free_ports(3)
+    env = {
+        **os.environ,
+        f"{PREFIX}HTTP_PORT": str(http_port),
+        f"{PREFIX}GRPC_PORT": str(grpc_port),
+        f"{PREFIX}METRICS_PORT": str(metrics_port),
+        **{PREFIX + name: value for name, value in settings.items()},
+    }
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "{{ cookiecutter.package }}"], env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+    service = Service(process, log, http_port, grpc_port, metrics_port)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not all(_model_ready(service, name) for name in MODEL_NAMES):
+        if process.poll() is not None:
+            pytest.fail(f"The service exited with {process.returncode} while starting:\n{service.output()}")
+        if time.monotonic() > deadline:
+            service.stop()
+            pytest.fail(f"The service was not ready after {STARTUP_TIMEOUT_S} s:\n{service.output()}")
+        time.sleep(0.2)
+    return service
+
+
+def _model_ready(service: Service, model_name: str) -> bool:
+    address = f"{service.http_url}/v2/models/{model_name}/ready"
+    try:
+        with urllib.request.urlopen(address, timeout=5) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The service, shared by the tests of one module; stopped at the end."""
+    running = start_service(tmp_path_factory.mktemp("service") / "service.log")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def expected_outputs(batch_size: int | None = None) -> dict[str, np.ndarray]:
+    """What the model answers to ``spec.example_inputs(batch_size)``, computed here without a server."""
+{%- if cookiecutter.max_batch_size | int > 0 %}
+    outputs = Model().predict(**spec.example_inputs(batch_size or 1))
+    return outputs if batch_size else {name: value[0] for name, value in outputs.items()}
+{%- else %}
+    assert batch_size is None, "batching is off: the model takes one sample"
+    return Model().predict(**spec.example_inputs())
+{%- endif %}
+
+
+def assert_outputs_equal(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    """Same output names, shapes and values (bytes outputs may come back as object arrays)."""
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        assert actual[name].shape == value.shape, name
+        if value.dtype.kind != "S":
+            assert actual[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(actual[name], value, err_msg=name)

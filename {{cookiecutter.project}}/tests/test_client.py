@@ -1,0 +1,72 @@
+"""Unit tests of the client's argument handling and command line, without a server."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import free_ports
+
+from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.client import Prediction
+
+TENSOR = spec.INPUTS[0]
+
+
+def test_the_prediction_has_one_field_per_output() -> None:
+    fields = [field.name for field in dataclasses.fields(Prediction)]
+    assert fields == [tensor.name for tensor in spec.OUTPUTS]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_example_inputs_pass_the_checks(batched: bool) -> None:
+    for tensor in spec.INPUTS:
+        value = spec.example(tensor, 2 if batched else None)
+        converted = spec.as_input(tensor, value.tolist(), batched=batched)
+        assert converted.shape == value.shape
+        if tensor.dtype is np.bytes_:
+            assert converted.dtype.kind == "S"
+        else:
+            assert converted.dtype == np.dtype(tensor.dtype)
+
+
+def test_str_values_of_bytes_inputs_are_sent_as_utf8() -> None:
+    tensor = dataclasses.replace(TENSOR, dtype=np.bytes_, shape=(-1,))
+    assert spec.as_input(tensor, ["añb"], batched=False).tolist() == ["añb".encode()]
+
+
+def test_integers_convert_to_any_integer_dtype_they_fit_in() -> None:
+    tensor = dataclasses.replace(TENSOR, dtype=np.uint8, shape=(-1,))
+    assert spec.as_input(tensor, [0, 255], batched=False).dtype == np.uint8
+    with pytest.raises(ValueError, match=r"uint8 values lie in \[0, 255\]"):
+        spec.as_input(tensor, [-1, 256], batched=False)
+
+
+def test_a_wrong_shape_is_refused_with_the_expected_shape() -> None:
+    value = np.expand_dims(spec.example(TENSOR), 0)
+    with pytest.raises(ValueError, match=f"{TENSOR.name}: expected shape") as error:
+        spec.as_input(TENSOR, value, batched=False)
+    assert spec.describe_shape(TENSOR) in str(error.value)
+
+
+def test_values_that_do_not_convert_without_loss_are_refused() -> None:
+    value = spec.example(TENSOR).shape
+    with pytest.raises(ValueError, match=TENSOR.name):
+        spec.as_input(TENSOR, np.ones(value, dtype=np.complex128), batched=False)
+
+
+def test_the_command_line_says_what_to_do_when_no_service_answers() -> None:
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    result = subprocess.run(
+        [sys.executable, "-m", "{{ cookiecutter.package }}.client", "--url", url, "--timeout-s", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert f"The request to {url} failed" in result.stderr
+    assert "make serve" in result.stderr

@@ -1,0 +1,311 @@
+"""Container tests: build the service image and run it the way an orchestrator would.
+
+Builds the Dockerfile (``BASE_IMAGE`` from the environment, else the Dockerfile's default; with no
+network at all when ``wheels/`` holds wheels, which proves the wheelhouse is complete), starts the image
+with shared memory, its ports published and all GPUs when the engine has the NVIDIA runtime, waits for
+``/v2/health/ready``, then checks inference over HTTP and gRPC through the client, a short load test with
+its gates, the non-root user, the HEALTHCHECK, draining on SIGTERM and the exit when the service dies.
+Prints the image build time, the image size above the base and the time from start to ready. The image
+stays tagged ``{{ cookiecutter.project }}:test``, so the next run reuses its layers.
+
+Skipped when no Docker engine answers. Run only these::
+
+    BASE_IMAGE=nvcr.io/nvidia/tritonserver:<tag>-py3 python -m pytest tests/test_container.py
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import requests
+from conftest import MODEL_NAMES, assert_outputs_equal, expected_outputs
+from docker.errors import APIError, DockerException, ImageNotFound
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+
+from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.client import Client
+from {{ cookiecutter.package }}.settings import PREFIX
+
+pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+IMAGE = "{{ cookiecutter.project }}:test"
+HTTP, GRPC, METRICS = 8000, 8001, 8002
+SHM_SIZE = "1g"
+# Guards against hanging, not measurements.
+READY_TIMEOUT_S = 300
+HEALTHY_TIMEOUT_S = 120
+DRAIN_EXIT_TIMEOUT_S = 20  # the service's EXIT_TIMEOUT_S in the drain test
+QUEUE_DELAY_US = 3_000_000  # holds requests in the batcher's queue: they are in flight at SIGTERM
+IN_FLIGHT = 3
+
+
+@dataclasses.dataclass
+class Running:
+    """A started container of the image and its published endpoints."""
+
+    container: DockerContainer
+    http_url: str
+    grpc_url: str
+    metrics_url: str
+    ready_s: float
+
+    @property
+    def wrapped(self) -> docker.models.containers.Container:
+        """The docker-py container, its state refreshed."""
+        wrapped = self.container.get_wrapped_container()
+        wrapped.reload()
+        return wrapped
+
+    def logs(self) -> str:
+        return self.wrapped.logs().decode(errors="replace")[-6000:]
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """The container's exit code; fails the test if it is still running after ``timeout_s``."""
+        try:
+            return self.wrapped.wait(timeout=timeout_s)["StatusCode"]
+        except requests.exceptions.RequestException as error:  # how docker-py reports the timeout
+            pytest.fail(f"the container still runs {timeout_s} s later ({error!r}); its log:\n{self.logs()}")
+
+
+def report(config: pytest.Config, line: str) -> None:
+    """Print ``line`` on the terminal now, even while pytest captures the output of tests and fixtures."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(line, flush=True)
+
+
+@pytest.fixture(scope="module")
+def engine() -> docker.DockerClient:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except DockerException as error:
+        pytest.skip(f"no Docker engine answers ({error}); start Docker to run the container tests")
+    # No reaper (Ryuk): it is an image to pull, impossible offline; the fixtures remove their containers.
+    testcontainers_config.ryuk_disabled = True
+    return client
+
+
+def base_image() -> str:
+    """``$BASE_IMAGE``, else the default of the Dockerfile's ``ARG BASE_IMAGE``."""
+    if os.environ.get("BASE_IMAGE"):
+        return os.environ["BASE_IMAGE"]
+    match = re.search(r"^ARG BASE_IMAGE=(\S+)", (PROJECT_DIR / "Dockerfile").read_text(), re.MULTILINE)
+    assert match, "the Dockerfile declares no default for ARG BASE_IMAGE"
+    return match.group(1)
+
+
+def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -> docker.models.images.Image:
+    try:
+        return engine.images.get(base)
+    except ImageNotFound:
+        report(config, f"pulling {base} (once; NGC images are large)")
+    try:
+        return engine.images.pull(base)
+    except APIError as error:
+        pytest.fail(
+            f"The base image {base} is not here and cannot be pulled ({error.explanation}). Pull it where a "
+            "registry is reachable (docker pull / docker load), or set BASE_IMAGE to a local image with "
+            "the NGC tritonserver layout."
+        )
+
+
+@pytest.fixture(scope="module")
+def image(engine: docker.DockerClient, pytestconfig: pytest.Config) -> str:
+    """The service image, built from the Dockerfile; prints build time and size above the base."""
+    base = base_image()
+    base_size = ensure_base(engine, pytestconfig, base).attrs["Size"]
+    offline = any((PROJECT_DIR / "wheels").glob("*.whl"))
+    report(
+        pytestconfig, f"building {IMAGE} on {base}" + (" with no network, from wheels/" if offline else "")
+    )
+    started = time.monotonic()
+    tail: list[str] = []
+    for chunk in engine.api.build(
+        path=str(PROJECT_DIR),
+        tag=IMAGE,
+        buildargs={"BASE_IMAGE": base},
+        network_mode="none" if offline else None,
+        forcerm=True,  # no containers left behind by a failed step
+        decode=True,
+    ):
+        if "error" in chunk:
+            pytest.fail(f"docker build failed: {chunk['error']}\n{''.join(tail[-30:])}")
+        line = chunk.get("stream", "")
+        tail.append(line)
+        if line.startswith("Step "):
+            report(pytestconfig, "  " + line.strip())
+    build_s = time.monotonic() - started
+    above_mb = (engine.images.get(IMAGE).attrs["Size"] - base_size) / 1e6
+    report(
+        pytestconfig,
+        f"container figures: image build {build_s:.1f} s, image size above the base {above_mb:.1f} MB",
+    )
+    return IMAGE
+
+
+def start(engine: docker.DockerClient, image: str, **settings: str) -> Running:
+    """Start ``image`` (``settings``: the service's variables without the prefix) and wait until ready."""
+    kwargs = {"shm_size": SHM_SIZE}
+    if "nvidia" in engine.info().get("Runtimes", {}):
+        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    container = DockerContainer(image).with_exposed_ports(HTTP, GRPC, METRICS).with_kwargs(**kwargs)
+    for name, value in settings.items():
+        container.with_env(PREFIX + name, value)
+    started = time.monotonic()
+    container.start()
+    host = container.get_container_host_ip()
+    urls = {port: f"{host}:{container.get_exposed_port(port)}" for port in (HTTP, GRPC, METRICS)}
+    running = Running(
+        container, f"http://{urls[HTTP]}", f"grpc://{urls[GRPC]}", f"http://{urls[METRICS]}", 0.0
+    )
+    deadline = started + READY_TIMEOUT_S
+    while not _ready(running.http_url):
+        status = running.wrapped.status
+        if status == "exited" or time.monotonic() > deadline:
+            log = running.logs()
+            container.stop()
+            pytest.fail(f"the container did not become ready ({status}); its log:\n{log}")
+        time.sleep(0.2)
+    running.ready_s = time.monotonic() - started
+    return running
+
+
+def _ready(http_url: str) -> bool:
+    """Server ready (what the HEALTHCHECK asks) and every model ready (the server is ready a moment before
+    tritonrt has loaded the models)."""
+    paths = ["/v2/health/ready", *(f"/v2/models/{name}/ready" for name in MODEL_NAMES)]
+    try:
+        for path in paths:
+            with urllib.request.urlopen(http_url + path, timeout=2) as response:
+                if response.status != 200:
+                    return False
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def service(engine: docker.DockerClient, image: str, pytestconfig: pytest.Config) -> Iterator[Running]:
+    running = start(engine, image)
+    report(pytestconfig, f"container figures: start to ready {running.ready_s:.1f} s")
+    try:
+        yield running
+    finally:
+        running.container.stop()
+
+
+@pytest.fixture
+def fresh(engine: docker.DockerClient, image: str) -> Iterator[Callable[..., Running]]:
+    """Starts containers of their own, for tests that end them: ``fresh(EXIT_TIMEOUT_S="20")``."""
+    started: list[Running] = []
+
+    def start_fresh(**settings: str) -> Running:
+        started.append(start(engine, image, **settings))
+        return started[-1]
+
+    yield start_fresh
+    for running in started:
+        running.container.stop()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_client_gets_the_model_outputs(service: Running, protocol: str) -> None:
+    url = service.http_url if protocol == "http" else service.grpc_url
+    with Client(url) as client:
+        prediction = client.predict(**spec.example_inputs())
+    assert_outputs_equal(dataclasses.asdict(prediction), expected_outputs())
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_short_load_holds_the_gates(service: Running, protocol: str, tmp_path: Path) -> None:
+    url = service.http_url if protocol == "http" else service.grpc_url
+    command = [sys.executable, "-m", "loadtests", "--url", url, "--protocol", protocol, "--users", "2",
+               "--duration", "5s", "--max-failure-ratio", "0", "--reports", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"the load test missed a gate or failed:\n{result.stdout}\n{result.stderr}"
+
+
+def test_every_process_runs_as_non_root(engine: docker.DockerClient, service: Running) -> None:
+    top = engine.api.top(service.wrapped.id)
+    uid = top["Titles"].index("UID")
+    commands = [" ".join(process[top["Titles"].index("CMD") :]) for process in top["Processes"]]
+    assert any("tritonserver" in command for command in commands), commands
+    assert all(process[uid] not in ("0", "root") for process in top["Processes"]), top["Processes"]
+
+
+def test_the_healthcheck_reports_healthy(service: Running) -> None:
+    deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+    while (status := service.wrapped.attrs["State"]["Health"]["Status"]) == "starting":
+        assert time.monotonic() < deadline, f"still 'starting' after {HEALTHY_TIMEOUT_S} s"
+        time.sleep(1)
+    assert status == "healthy", service.wrapped.attrs["State"]["Health"]
+
+
+def _pending_requests(metrics_url: str) -> float:
+    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    pattern = (
+        r'^nv_inference_pending_request_count\{model="' + re.escape(spec.MODEL_NAME) + r'",[^}]*\} (\S+)$'
+    )
+    match = re.search(pattern, text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(fresh: Callable[..., Running]) -> None:
+    if not spec.BATCHING:
+        pytest.skip(
+            "the dynamic batcher's queue delay holds the requests in flight; this model does not batch"
+        )
+    running = fresh(MAX_QUEUE_DELAY_US=str(QUEUE_DELAY_US), EXIT_TIMEOUT_S=str(DRAIN_EXIT_TIMEOUT_S))
+    inputs = spec.example_inputs()
+    with contextlib.ExitStack() as stack:
+        clients = [stack.enter_context(Client(running.http_url)) for _ in range(IN_FLIGHT)]
+        pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(IN_FLIGHT))
+        # Connected and warm (one batch, one queue delay): the requests below go out at once.
+        list(pool.map(lambda client: client.predict(**inputs), clients))
+        futures = [pool.submit(client.predict, **inputs) for client in clients]
+        while _pending_requests(running.metrics_url) < IN_FLIGHT:
+            assert not any(future.done() for future in futures), "a request finished before all were queued"
+            time.sleep(0.05)
+        running.wrapped.kill(signal="SIGTERM")
+        for future in futures:
+            assert_outputs_equal(dataclasses.asdict(future.result()), expected_outputs())
+    assert running.wait_exit(DRAIN_EXIT_TIMEOUT_S + 30) == 0, running.logs()
+
+
+def test_the_container_exits_non_zero_when_the_service_dies(fresh: Callable[..., Running]) -> None:
+    running = fresh()
+    module = "{{ cookiecutter.package }}"
+    kill = (
+        "import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        with open(f'/proc/{pid}/cmdline', 'rb') as f:\n"
+        "            command = f.read().split(b'\\0')\n"
+        "    except OSError:  # gone meanwhile\n"
+        "        continue\n"
+        f"    if command[:3] == [b'python', b'-m', b'{module}']:\n"
+        "        os.kill(int(pid), signal.SIGKILL)\n"
+        "        print(pid)\n"
+    )
+    # Its exit status does not count: the container may end, and take it along, before it exits.
+    _, output = running.wrapped.exec_run(["python", "-c", kill])
+    assert re.fullmatch(rb"\d+\s*", output), f"no `python -m {module}` process was killed: {output!r}"
+    assert running.wait_exit(60) != 0, running.logs()
+    assert running.wrapped.status == "exited"

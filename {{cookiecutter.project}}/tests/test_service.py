@@ -1,0 +1,152 @@
+{%- set batching = cookiecutter.max_batch_size | int > 0 -%}
+{%- set streaming = cookiecutter.streaming == "yes" -%}
+"""Integration tests: the service on a local tritonserver, called through the client over HTTP and gRPC."""
+
+from __future__ import annotations
+{% if batching %}
+import re
+import signal
+{%- endif %}
+import subprocess
+import sys
+{%- if batching %}
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+{%- endif %}
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PROJECT_DIR, Service, assert_outputs_equal, expected_outputs, start_service
+
+from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.client import AsyncClient, Client, Prediction
+
+pytestmark = pytest.mark.integration
+PROTOCOLS = ["http", "grpc"]
+WAIT_S = 120  # a guard against hanging, not a measurement
+
+
+def url(service: Service, protocol: str) -> str:
+    return service.http_url if protocol == "http" else service.grpc_url
+
+
+def outputs_of(prediction: Prediction) -> dict:
+    return {tensor.name: getattr(prediction, tensor.name) for tensor in spec.OUTPUTS}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_predict(service: Service, protocol: str) -> None:
+    with Client(url(service, protocol)) as client:
+        prediction = client.predict(**spec.example_inputs())
+    assert_outputs_equal(outputs_of(prediction), expected_outputs())
+{%- if batching %}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_predict_batch(service: Service, protocol: str) -> None:
+    with Client(url(service, protocol)) as client:
+        prediction = client.predict_batch(**spec.example_inputs(3))
+    assert_outputs_equal(outputs_of(prediction), expected_outputs(3))
+{%- endif %}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_async_client(service: Service, protocol: str) -> None:
+    async with AsyncClient(url(service, protocol)) as client:
+        prediction = await client.predict(**spec.example_inputs())
+{%- if batching %}
+        batch = await client.predict_batch(**spec.example_inputs(2))
+{%- endif %}
+    assert_outputs_equal(outputs_of(prediction), expected_outputs())
+{%- if batching %}
+    assert_outputs_equal(outputs_of(batch), expected_outputs(2))
+{%- endif %}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_command_line_prints_every_output(service: Service, protocol: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "{{ cookiecutter.package }}.client", "--url", url(service, protocol)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = [line.split(":")[0] for line in result.stdout.splitlines()]
+    assert printed == [tensor.name for tensor in spec.OUTPUTS]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS{{ ' + ["stream"]' if streaming }})
+def test_a_short_load_test_meets_its_gates(service: Service, protocol: str, tmp_path: Path) -> None:
+    url = service.http_url if protocol == "http" else service.grpc_url
+    command = [sys.executable, "-m", "loadtests", "--url", url, "--users", "2", "--duration", "3s"]
+    command += {"http": [], "grpc": ["--protocol", "grpc"], "stream": ["--stream"]}[protocol]
+    command += ["--reports", str(tmp_path)]
+    result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all gates passed" in result.stdout
+
+
+def test_sigterm_stops_the_service_and_its_tritonserver(tmp_path: Path) -> None:
+    service = start_service(tmp_path / "service.log")
+    try:
+        children = psutil.Process(service.process.pid).children(recursive=True)
+        assert any(child.name() == "tritonserver" for child in children)
+        with Client(service.http_url) as client:
+            client.predict(**spec.example_inputs())
+        assert service.stop() == 0, service.output()
+        _, alive = psutil.wait_procs(children, timeout=60)
+        assert alive == []
+        assert "finishing in-flight requests" in service.output()
+    finally:
+        service.stop()
+
+
+{%- if batching %}
+
+
+def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
+    # A long batching delay keeps the requests in Triton's queue: they are in flight at SIGTERM.
+    service = start_service(tmp_path / "service.log", MAX_QUEUE_DELAY_US="3000000")
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(predict_once, service.http_url) for _ in range(3)]
+            deadline = time.monotonic() + WAIT_S
+            while pending_requests(service) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            service.process.send_signal(signal.SIGTERM)
+            predictions = [future.result() for future in futures]
+        for prediction in predictions:
+            assert_outputs_equal(outputs_of(prediction), expected_outputs())
+        assert service.stop() == 0, service.output()
+    finally:
+        service.stop()
+
+
+def predict_once(url: str) -> Prediction:
+    with Client(url) as client:
+        return client.predict(**spec.example_inputs())
+
+
+def pending_requests(service: Service) -> int:
+    """Requests Triton holds for the model, from its Prometheus metrics."""
+    address = f"http://127.0.0.1:{service.metrics_port}/metrics"
+    with urllib.request.urlopen(address, timeout=5) as response:
+        metrics = response.read().decode()
+    name = re.escape(spec.MODEL_NAME)
+    pattern = r"^nv_inference_pending_request_count\{model=\"" + name + r"\",.*\} (\d+)$"
+    return sum(int(count) for count in re.findall(pattern, metrics, flags=re.MULTILINE))
+{%- endif %}
+
+
+def test_the_service_exits_non_zero_when_tritonserver_dies(tmp_path: Path) -> None:
+    service = start_service(tmp_path / "service.log")
+    try:
+        children = psutil.Process(service.process.pid).children(recursive=True)
+        next(child for child in children if child.name() == "tritonserver").kill()
+        assert service.process.wait(timeout=120) == 1, service.output()
+        assert "Triton stopped serving" in service.output()
+    finally:
+        service.stop()

@@ -1,0 +1,90 @@
+"""Unit tests of the settings: defaults, parsing, and a clear error for every bad value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
+
+TOKEN = "s3cret-token_0123456789"
+
+
+def env(**variables: str) -> dict[str, str]:
+    return {PREFIX + name: value for name, value in variables.items()}
+
+
+def test_defaults_when_nothing_is_set() -> None:
+    assert Settings.from_env({}) == Settings()
+    assert Settings() == Settings(8000, 8001, 8002, "INFO", 1, 100, None, 30)
+
+
+def test_every_variable_is_read() -> None:
+    settings = Settings.from_env(
+        env(
+            HTTP_PORT="9000",
+            GRPC_PORT="9001",
+            METRICS_PORT="9002",
+            LOG_LEVEL="debug",
+            INSTANCES="3",
+            MAX_QUEUE_DELAY_US="0",
+            ACCESS_TOKEN=TOKEN,
+            EXIT_TIMEOUT_S="5",
+        )
+    )
+    assert settings == Settings(9000, 9001, 9002, "DEBUG", 3, 0, TOKEN, 5)
+
+
+def test_empty_values_mean_the_default() -> None:
+    assert Settings.from_env(env(HTTP_PORT="", LOG_LEVEL="  ", ACCESS_TOKEN="")) == Settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "rule"),
+    [
+        ("HTTP_PORT", "http", "whole number from 1 to 65535"),
+        ("GRPC_PORT", "70000", "whole number from 1 to 65535"),
+        ("METRICS_PORT", "0", "whole number from 1 to 65535"),
+        ("METRICS_PORT", "-1", "whole number from 1 to 65535"),
+        ("LOG_LEVEL", "LOUD", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("INSTANCES", "0", "whole number from 1 to 64"),
+        ("INSTANCES", "1.5", "whole number from 1 to 64"),
+        ("MAX_QUEUE_DELAY_US", "10000001", "whole number from 0 to 10000000"),
+        ("EXIT_TIMEOUT_S", "soon", "whole number from 0 to 3600"),
+    ],
+)
+def test_a_bad_value_names_the_variable_the_value_and_the_rule(name: str, value: str, rule: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        Settings.from_env(env(**{name: value}))
+    assert f"{PREFIX}{name}={value!r}" in str(error.value)
+    assert rule in str(error.value)
+
+
+@pytest.mark.parametrize("token", ["short", "has space in the token", "comma,separated,token", "x" * 257])
+def test_a_bad_access_token_is_rejected_without_being_shown(token: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        Settings.from_env(env(ACCESS_TOKEN=token))
+    assert f"{PREFIX}ACCESS_TOKEN" in str(error.value)
+    assert "16 to 256 characters" in str(error.value)
+    assert token not in str(error.value)
+
+
+def test_the_ports_must_differ() -> None:
+    with pytest.raises(SettingsError, match="ports must differ") as error:
+        Settings.from_env(env(HTTP_PORT="9000", GRPC_PORT="9000"))
+    assert f"{PREFIX}GRPC_PORT=9000" in str(error.value)
+
+
+def test_the_service_exits_2_on_a_bad_setting_and_says_which() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "{{ cookiecutter.package }}"],
+        env={**os.environ, **env(INSTANCES="many")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert f"{PREFIX}INSTANCES='many'" in result.stderr

@@ -1,0 +1,51 @@
+{%- set batching = cookiecutter.max_batch_size | int > 0 -%}
+"""Streaming: the decoupled model sends several responses per request, over gRPC only."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Service, assert_outputs_equal, expected_outputs
+from tritonrt.client.exceptions import PyTritonClientValueError
+from tritonrt.proxy.types import Request
+
+from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.client import AsyncClient, Client, Prediction
+from {{ cookiecutter.package }}.model import STREAM_CHUNKS, Model
+
+
+def outputs_of(prediction: Prediction) -> dict:
+    return {tensor.name: getattr(prediction, tensor.name) for tensor in spec.OUTPUTS}
+
+
+def test_infer_stream_yields_every_chunk_for_each_request() -> None:
+    chunks = list(Model().infer_stream([Request(spec.example_inputs({{ "1" if batching }}))]))
+    assert len(chunks) == STREAM_CHUNKS
+    for responses in chunks:
+        (outputs,) = responses
+{%- if batching %}
+        outputs = {name: value[0] for name, value in outputs.items()}  # the request's one sample
+{%- endif %}
+        assert_outputs_equal(outputs, expected_outputs())
+
+
+def test_streaming_over_http_is_refused_with_the_fix() -> None:
+    with Client("http://127.0.0.1:8000") as client, pytest.raises(PyTritonClientValueError, match="grpc://"):
+        client.stream(**spec.example_inputs())
+
+
+@pytest.mark.integration
+def test_stream_over_grpc(service: Service) -> None:
+    with Client(service.grpc_url) as client:
+        predictions = list(client.stream(**spec.example_inputs()))
+    assert len(predictions) == STREAM_CHUNKS
+    for prediction in predictions:
+        assert_outputs_equal(outputs_of(prediction), expected_outputs())
+
+
+@pytest.mark.integration
+async def test_async_stream_over_grpc(service: Service) -> None:
+    async with AsyncClient(service.grpc_url) as client:
+        predictions = [prediction async for prediction in client.stream(**spec.example_inputs())]
+    assert len(predictions) == STREAM_CHUNKS
+    for prediction in predictions:
+        assert_outputs_equal(outputs_of(prediction), expected_outputs())
