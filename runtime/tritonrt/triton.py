@@ -231,9 +231,8 @@ class Triton(_ModelHost):
             try:
                 for model in self._models.values():
                     self._prepare(model)
-                self._start_server(server_dir, env)
-                for model in self._models.values():
-                    self._api.load_model(model.name)
+                # Models bound before run() load during start-up, so the server is ready only once they are.
+                self._start_server(server_dir, env, [f"--load-model={name}" for name in self._models])
             except BaseException:
                 self._stopping = True
                 self._shutdown()
@@ -267,11 +266,12 @@ class Triton(_ModelHost):
             flags.append(f"--grpc-restricted-protocol={value}")
         return flags
 
-    def _start_server(self, server_dir: pathlib.Path, env: dict[str, str]) -> None:
+    def _start_server(self, server_dir: pathlib.Path, env: dict[str, str], load_flags: list[str]) -> None:
         shm_prefix = self._shm_prefix
         repository_path = self._model_repository()
         backend_config = {**PYTHON_BACKEND_SHM, "shm-region-prefix-name": shm_prefix}
-        command = server_command(server_dir, self._config, repository_path, backend_config, self._security_flags())
+        extra_flags = self._security_flags() + load_flags
+        command = server_command(server_dir, self._config, repository_path, backend_config, extra_flags)
         self._server = TritonServerProcess(
             command,
             env,

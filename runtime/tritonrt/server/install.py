@@ -149,6 +149,7 @@ def extract_server(wheel: pathlib.Path, dest: pathlib.Path, python_version: str)
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging = pathlib.Path(tempfile.mkdtemp(prefix=".tritonrt-server-", dir=dest.parent))
+        staging.chmod(0o755)  # mkdtemp makes it 0700: the server must be usable by other (non-root) users
         try:
             for member in members:
                 target = _server_target(member.filename, stub_prefix)
