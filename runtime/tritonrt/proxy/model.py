@@ -16,10 +16,6 @@ import triton_python_backend_utils as pb_utils  # provided by the stub, importab
 from tritonrt.proxy import protocol
 from tritonrt.proxy.transport import Channel, PeerGone
 
-# How long the stub polls for the reply before it sleeps in recv: a reply that comes within it saves a
-# wake-up of this process. Small, so a slow callable costs little CPU.
-SPIN_S = 100e-6
-
 
 def _parameter(config: dict, key: str) -> str:
     return config["parameters"][key]["string_value"]
@@ -89,7 +85,7 @@ class TritonPythonModel:
         return [self._response(tensors) for tensors in outputs]
 
     def _receive(self):
-        kind, extras, outputs, note = self._channel.recv(spin_s=SPIN_S)
+        kind, extras, outputs, note = self._channel.recv()
         if isinstance(note, tuple):  # the last reply of a call: (note, retire)
             note, retire = note
             if retire:

@@ -18,7 +18,6 @@ import pathlib
 import pickle
 import socket
 import struct
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -165,22 +164,8 @@ class Channel:
                 raise PeerGone("the peer closed the connection")
             view = view[received:]
 
-    def _spin(self, seconds: float) -> None:
-        """Poll without sleeping for up to ``seconds``: saves a sleep/wake-up when the reply comes soon."""
-        deadline = time.perf_counter() + seconds
-        sock = self._sock
-        while time.perf_counter() < deadline:
-            try:
-                if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                    return
-                return  # closed: the blocking read reports it
-            except BlockingIOError:
-                continue
-
-    def recv(self, spin_s: float = 0.0) -> tuple[str, list, list[dict[str, np.ndarray]], Any]:
+    def recv(self) -> tuple[str, list, list[dict[str, np.ndarray]], Any]:
         """Receive one message: ``(kind, extras, tensor dicts, note)``; numeric arrays are views, not copies."""
-        if spin_s:
-            self._spin(spin_s)
         self._recv_exact(memoryview(self._prefix))
         header_size, inline_size = _PREFIX.unpack(self._prefix)
         total = header_size + inline_size
