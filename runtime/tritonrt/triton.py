@@ -187,6 +187,25 @@ class _ModelHost:
     def _models_alive(self) -> bool:
         return self.failure is None and all(model.is_alive() for model in self._models.values())
 
+    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
+        """Run, then block until stopped: ``stop()`` (e.g. from a signal handler) or a failure.
+
+        Every ``monitoring_period_sec`` it also checks that the server and the models' workers live.
+        """
+        self.run()
+        try:
+            with self._cv:
+                while self.is_alive():
+                    self._cv.wait(timeout=monitoring_period_sec)
+        finally:
+            self.stop()
+
+    def run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def is_alive(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
     def __enter__(self):
         return self
 
@@ -303,16 +322,6 @@ class Triton(_ModelHost):
         """True while the server and every bound model's workers are running."""
         return self._running and self._server is not None and self._server.is_alive() and self._models_alive()
 
-    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
-        """Run the server and block until it stops (``stop()`` from a signal handler, or a failure)."""
-        self.run()
-        try:
-            with self._cv:
-                while self.is_alive():
-                    self._cv.wait(timeout=monitoring_period_sec)
-        finally:
-            self.stop()
-
     def stop(self) -> None:
         """Stop the server: in-flight requests finish (up to ``exit_timeout_secs``), then clean up."""
         with self._cv:
@@ -384,16 +393,6 @@ class RemoteTriton(_ModelHost):
     def is_alive(self) -> bool:
         """True while the remote server is live and the bound models' workers run."""
         return self._running and self._models_alive() and self._api.is_live()
-
-    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
-        """Load the models and block until stop() or a failure."""
-        self.run()
-        try:
-            with self._cv:
-                while self.is_alive():
-                    self._cv.wait(timeout=monitoring_period_sec)
-        finally:
-            self.stop()
 
     def stop(self) -> None:
         """Unload the models from the remote server and stop their workers."""
