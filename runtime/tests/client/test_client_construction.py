@@ -100,11 +100,9 @@ def test_from_existing_client_reuses_a_known_model_config():
     source.close()
 
 
-def test_sync_client_close_is_idempotent_and_closes_every_method():
-    client = ModelClient("localhost", "m")
-    client.close()
-    client.close()
-    for call in (
+def _every_method(client: ModelClient | AsyncioModelClient) -> tuple:
+    """Calls of each public method and property of a ModelClient or AsyncioModelClient."""
+    return (
         lambda: client.infer_sample(X),
         lambda: client.infer_batch(X),
         lambda: client.model_config,
@@ -112,7 +110,14 @@ def test_sync_client_close_is_idempotent_and_closes_every_method():
         lambda: client.wait_for_model(1.0),
         client.load_model,
         client.unload_model,
-    ):
+    )
+
+
+def test_sync_client_close_is_idempotent_and_closes_every_method():
+    client = ModelClient("localhost", "m")
+    client.close()
+    client.close()
+    for call in _every_method(client):
         with pytest.raises(PyTritonClientClosedError, match="ModelClient for model 'm' is closed"):
             call()
 
@@ -121,15 +126,7 @@ async def test_asyncio_client_close_is_idempotent_and_closes_every_method():
     client = AsyncioModelClient("grpc://localhost", "m")
     await client.close()
     await client.close()
-    for call in (
-        lambda: client.infer_sample(X),
-        lambda: client.infer_batch(X),
-        lambda: client.model_config,
-        lambda: client.is_batching_supported,
-        lambda: client.wait_for_model(1.0),
-        client.load_model,
-        client.unload_model,
-    ):
+    for call in _every_method(client):
         with pytest.raises(PyTritonClientClosedError, match="AsyncioModelClient for model 'm' is closed"):
             await call()
 

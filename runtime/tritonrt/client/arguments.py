@@ -3,11 +3,13 @@
 Example::
 
     verify_inputs_args((a, b), {})                      # positional: fine
+    call = InferCall((a, b), {}, None, None, sample=True)  # the same checks, and parameters/headers too
     named = map_inputs((a, b), {}, model_config)       # {"INPUT_1": a, "INPUT_2": b}
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +53,27 @@ def verify_parameters(values: Mapping[str, Any] | None, what: str) -> None:
             raise PyTritonClientValueError(
                 f"{what}[{key!r}] is a {type(value).__name__}; values must be one of: {allowed_names}."
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class InferCall:
+    """The arguments of one ``infer_sample``/``infer_batch`` call, checked when it is made.
+
+    Example::
+
+        call = InferCall((a, b), {}, parameters=None, headers={"x-trace": "1"}, sample=True)
+    """
+
+    inputs: tuple
+    named_inputs: Mapping[str, Any]
+    parameters: Mapping[str, Any] | None
+    headers: Mapping[str, Any] | None
+    sample: bool
+
+    def __post_init__(self) -> None:
+        verify_inputs_args(self.inputs, self.named_inputs)
+        verify_parameters(self.parameters, "parameters")
+        verify_parameters(self.headers, "headers")
 
 
 def headers_as_strings(headers: Mapping[str, Any] | None) -> dict[str, str]:

@@ -6,7 +6,8 @@ protocols. The tritonclient clients are made on first use, inside the running ev
 Example::
 
     transport = make_async_transport(TritonUrl.from_url("grpc://localhost:8001"), auth_headers={})
-    outputs = await transport.infer("add", None, {"a": a}, ["sum"], None, None, timeout=1.0)
+    request = InferRequest("add", None, {"a": a}, ["sum"], parameters=None, headers={})
+    outputs = await transport.infer(request, timeout=1.0)
     await transport.close()
 """
 
@@ -19,16 +20,14 @@ from typing import Any
 import aiohttp
 import grpc
 import numpy as np
-import tritonclient.grpc
 import tritonclient.grpc.aio
-import tritonclient.http
 import tritonclient.http.aio
 from tritonclient.utils import InferenceServerException
 
-from tritonrt.client.errors import from_tritonclient, server_error, timeout_error, unreachable_error
-from tritonrt.client.exceptions import PyTritonClientValueError
-from tritonrt.client.grpc_transport import build_grpc_inputs, grpc_outputs, is_deadline
-from tritonrt.client.http_transport import HttpTransport, build_http_inputs
+from tritonrt.client.errors import call_error, from_tritonclient, server_error, timeout_error, unreachable_error
+from tritonrt.client.grpc_transport import grpc_outputs, grpc_request, stream_timeout_error, streamed_outputs
+from tritonrt.client.http_transport import HttpTransport, build_http_inputs, http_outputs, requested_http_outputs
+from tritonrt.client.request import InferRequest
 from tritonrt.client.url import TritonUrl
 
 
@@ -52,20 +51,39 @@ class _AsyncTransport:
     def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**self._auth_headers, **(extra or {})}
 
+    def _deadline(self, timeout: float) -> dict[str, float]:
+        """Keyword arguments that give a call its own deadline, where the protocol has one."""
+        return {}
+
     async def _call(self, action: str, model: str, timeout: float, make: Callable[[], Awaitable[Any]]) -> Any:
-        setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
         try:
             return await asyncio.wait_for(make(), timeout)
         except TimeoutError:
-            raise timeout_error(self.url, action, timeout, setting) from None
+            raise timeout_error(self.url, action, timeout) from None
         except InferenceServerException as error:
-            if is_deadline(error):
-                raise timeout_error(self.url, action, timeout, setting) from None
-            if error.status() is None:  # raised by tritonclient itself, before sending
-                raise PyTritonClientValueError(f"Invalid request: {error.message()}") from None
-            raise from_tritonclient(error, url=self.url, action=action, model=model) from None
+            raise call_error(error, url=self.url, action=action, model=model, timeout_s=timeout) from None
         except (aiohttp.ClientError, OSError) as error:
             raise unreachable_error(self.url, error) from None
+
+    async def is_server_live(self, timeout: float) -> bool:
+        """True when the server answers its liveness probe."""
+        return await self._call(
+            "Liveness check",
+            "",
+            timeout,
+            lambda: self.client.is_server_live(headers=self._headers(), **self._deadline(timeout)),
+        )
+
+    async def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
+        """True when the model (version) is loaded and ready."""
+        return await self._call(
+            "Model readiness check",
+            model_name,
+            timeout,
+            lambda: self.client.is_model_ready(
+                model_name, model_version or "", headers=self._headers(), **self._deadline(timeout)
+            ),
+        )
 
     async def close(self) -> None:
         """Close the underlying client, if one was made."""
@@ -84,21 +102,6 @@ class AsyncHttpTransport(_AsyncTransport):
     def _make_client(self) -> Any:
         # Timeouts come from asyncio.wait_for; none in aiohttp itself.
         return tritonclient.http.aio.InferenceServerClient(self.url.without_scheme, conn_timeout=None)
-
-    async def is_server_live(self, timeout: float) -> bool:
-        """True when the server answers its liveness probe."""
-        return await self._call(
-            "Liveness check", "", timeout, lambda: self.client.is_server_live(headers=self._headers())
-        )
-
-    async def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
-        """True when the model (version) is loaded and ready."""
-        return await self._call(
-            "Model readiness check",
-            model_name,
-            timeout,
-            lambda: self.client.is_model_ready(model_name, model_version or "", headers=self._headers()),
-        )
 
     async def repository_index(self, timeout: float) -> list[dict[str, Any]]:
         """Entries (name, version, state, reason) of the model repository index."""
@@ -128,33 +131,22 @@ class AsyncHttpTransport(_AsyncTransport):
         """Ask the server to unload the model."""
         await asyncio.to_thread(self._sync.unload_model, model_name, timeout)
 
-    async def infer(
-        self,
-        model_name: str,
-        model_version: str | None,
-        named: Mapping[str, np.ndarray],
-        output_names: list[str],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout: float,
-    ) -> dict[str, np.ndarray]:
+    async def infer(self, request: InferRequest, timeout: float) -> dict[str, np.ndarray]:
         """Run one inference request and return its outputs by name."""
-        outputs = [tritonclient.http.InferRequestedOutput(name, binary_data=True) for name in output_names]
         result = await self._call(
             "Inference",
-            model_name,
+            request.model_name,
             timeout,
             lambda: self.client.infer(
-                model_name,
-                build_http_inputs(named),
-                model_version=model_version or "",
-                outputs=outputs,
-                headers=self._headers(headers),
-                parameters=dict(parameters) if parameters else None,
+                request.model_name,
+                build_http_inputs(request.inputs),
+                model_version=request.version_or_empty,
+                outputs=requested_http_outputs(request.output_names),
+                headers=self._headers(request.headers),
+                parameters=request.parameters_dict,
             ),
         )
-        names = [output["name"] for output in result.get_response()["outputs"]]
-        return {name: result.as_numpy(name) for name in names}
+        return http_outputs(result)
 
     async def close(self) -> None:
         """Close the aiohttp session and the connections of load/unload calls."""
@@ -168,25 +160,8 @@ class AsyncGrpcTransport(_AsyncTransport):
     def _make_client(self) -> Any:
         return tritonclient.grpc.aio.InferenceServerClient(self.url.without_scheme)
 
-    async def is_server_live(self, timeout: float) -> bool:
-        """True when the server answers its liveness probe."""
-        return await self._call(
-            "Liveness check",
-            "",
-            timeout,
-            lambda: self.client.is_server_live(headers=self._headers(), client_timeout=timeout),
-        )
-
-    async def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
-        """True when the model (version) is loaded and ready."""
-        return await self._call(
-            "Model readiness check",
-            model_name,
-            timeout,
-            lambda: self.client.is_model_ready(
-                model_name, model_version or "", headers=self._headers(), client_timeout=timeout
-            ),
-        )
+    def _deadline(self, timeout: float) -> dict[str, float]:
+        return {"client_timeout": timeout}
 
     async def repository_index(self, timeout: float) -> list[dict[str, Any]]:
         """Entries (name, version, state, reason) of the model repository index."""
@@ -238,71 +213,39 @@ class AsyncGrpcTransport(_AsyncTransport):
             lambda: self.client.unload_model(model_name, headers=self._headers(), client_timeout=timeout),
         )
 
-    async def infer(
-        self,
-        model_name: str,
-        model_version: str | None,
-        named: Mapping[str, np.ndarray],
-        output_names: list[str],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout: float,
-    ) -> dict[str, np.ndarray]:
+    async def infer(self, request: InferRequest, timeout: float) -> dict[str, np.ndarray]:
         """Run one inference request and return its outputs by name."""
         result = await self._call(
             "Inference",
-            model_name,
+            request.model_name,
             timeout,
             lambda: self.client.infer(
-                model_name,
-                build_grpc_inputs(named),
-                model_version=model_version or "",
-                outputs=[tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
-                headers=self._headers(headers),
-                parameters=dict(parameters) if parameters else None,
-                client_timeout=timeout,
+                **grpc_request(request), headers=self._headers(request.headers), client_timeout=timeout
             ),
         )
         return grpc_outputs(result)
 
-    async def stream_infer(
-        self,
-        model_name: str,
-        model_version: str | None,
-        named: Mapping[str, np.ndarray],
-        output_names: list[str],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout: float,
-    ) -> AsyncIterator[dict[str, np.ndarray]]:
+    async def stream_infer(self, request: InferRequest, timeout: float) -> AsyncIterator[dict[str, np.ndarray]]:
         """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
 
         The request stream ends after the one request; the server then closes the response stream once
         the model sent its final response.
         """
-        request = {
-            "model_name": model_name,
-            "model_version": model_version or "",
-            "inputs": build_grpc_inputs(named),
-            "outputs": [tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
-            "parameters": dict(parameters) if parameters else None,
-        }
+        request_kwargs = grpc_request(request)
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield request
+            yield request_kwargs
 
         try:  # stream_infer is a plain function returning an async iterator
-            responses = self.client.stream_infer(requests(), headers=self._headers(headers))
+            responses = self.client.stream_infer(requests(), headers=self._headers(request.headers))
         except InferenceServerException as error:
-            raise from_tritonclient(error, url=self.url, action="Inference", model=model_name) from None
+            raise from_tritonclient(error, url=self.url, action="Inference", model=request.model_name) from None
         try:
             while True:
                 try:
                     result, error = await asyncio.wait_for(anext(responses), timeout)
                 except TimeoutError:
-                    raise timeout_error(
-                        self.url, "Waiting for a streamed response", timeout, "inference_timeout_s"
-                    ) from None
+                    raise stream_timeout_error(self.url, timeout) from None
                 except StopAsyncIteration:
                     return
                 except grpc.RpcError as rpc_error:
@@ -311,12 +254,11 @@ class AsyncGrpcTransport(_AsyncTransport):
                         str(rpc_error.code()),
                         url=self.url,
                         action="Inference",
-                        model=model_name,
+                        model=request.model_name,
                     ) from None
-                if error is not None:
-                    raise from_tritonclient(error, url=self.url, action="Inference", model=model_name)
-                if result.get_response().outputs:
-                    yield grpc_outputs(result)
+                outputs = streamed_outputs(result, error, url=self.url, model=request.model_name)
+                if outputs is not None:
+                    yield outputs
         finally:
             responses.cancel()
 

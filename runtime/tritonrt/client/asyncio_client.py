@@ -14,16 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from tritonrt.client.arguments import InferCall
 from tritonrt.client.async_transport import AsyncGrpcTransport, make_async_transport
-from tritonrt.client.base import ClientBase, ClientSettings, require_grpc
 from tritonrt.client.client import config_as_json
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.client.model_config_parser import parse_model_config
 from tritonrt.client.readiness import async_wait_for_model_ready
+from tritonrt.client.transport_client import TransportClient
 from tritonrt.models.spec import TritonModelConfig
 
 
-class AsyncioModelClient(ClientBase):
+class AsyncioModelClient(TransportClient):
     """Asyncio client of one model, over HTTP (aiohttp) or gRPC (grpc.aio).
 
     Same arguments and errors as ``ModelClient``; methods are coroutines, and ``model_config`` and
@@ -37,33 +38,9 @@ class AsyncioModelClient(ClientBase):
             outputs = await client.infer_batch(input_ids=ids)
     """
 
-    def __init__(
-        self,
-        url: str,
-        model_name: str,
-        model_version: str | None = None,
-        *,
-        lazy_init: bool = True,
-        init_timeout_s: float | None = None,
-        inference_timeout_s: float | None = None,
-        model_config: TritonModelConfig | None = None,
-        ensure_model_is_ready: bool = True,
-        access_token: str | None = None,
-    ):
-        self._closed = True
-        self._settings = ClientSettings.create(
-            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token
-        )
-        self._check_protocol()
-        self._lazy_init = lazy_init
-        self._model_config = model_config
-        self._model_ready = model_config is not None and not ensure_model_is_ready
+    def _open(self) -> None:
         self._init_lock = asyncio.Lock()
         self._transport = make_async_transport(self._settings.url, self._settings.auth_headers)
-        self._closed = False
-
-    def _check_protocol(self) -> None:
-        """Subclasses that need a given protocol check it here."""
 
     async def __aenter__(self) -> AsyncioModelClient:
         if not self._lazy_init:
@@ -108,7 +85,7 @@ class AsyncioModelClient(ClientBase):
 
             result = await client.infer_sample(np.array([1, 2], np.float32))
         """
-        return await self._infer(inputs, named_inputs, parameters, headers, sample=True)
+        return await self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
     async def infer_batch(
         self,
@@ -118,7 +95,7 @@ class AsyncioModelClient(ClientBase):
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Infer a batch; see ``ModelClient.infer_batch``."""
-        return await self._infer(inputs, named_inputs, parameters, headers, sample=False)
+        return await self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
     async def load_model(
         self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
@@ -167,32 +144,15 @@ class AsyncioModelClient(ClientBase):
                 self._model_config = parse_model_config(raw, settings.version_number)
             return self._model_config
 
-    async def _infer(
-        self,
-        inputs: tuple,
-        named_inputs: dict[str, Any],
-        parameters: dict[str, Any] | None,
-        headers: dict[str, Any] | None,
-        *,
-        sample: bool,
-    ) -> dict[str, np.ndarray]:
-        self._verify_call(inputs, named_inputs, parameters, headers)
+    async def _infer(self, call: InferCall) -> dict[str, np.ndarray]:
         config = await self._ensure_model_config()
-        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        request = self._request(config, call)
         try:
-            outputs = await self._transport.infer(
-                self._settings.model_name,
-                self._settings.model_version,
-                named,
-                self._output_names(config),
-                parameters,
-                header_strings,
-                self._settings.inference_timeout_s,
-            )
+            outputs = await self._transport.infer(request, self._settings.inference_timeout_s)
         except PyTritonClientModelUnavailableError:
             self._forget_model()
             raise
-        return self._finish(config, outputs, sample=sample)
+        return self._finish(config, outputs, sample=call.sample)
 
 
 class AsyncioDecoupledModelClient(AsyncioModelClient):
@@ -209,9 +169,6 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
 
     _decoupled = True
 
-    def _check_protocol(self) -> None:
-        require_grpc(self._settings, type(self).__name__)
-
     def infer_sample(  # type: ignore[override]
         self,
         *inputs: np.ndarray,
@@ -223,8 +180,7 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
 
         Argument errors raise at the call; server errors while iterating.
         """
-        self._verify_call(inputs, named_inputs, parameters, headers)
-        return self._stream(inputs, named_inputs, parameters, headers, sample=True)
+        return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
     def infer_batch(  # type: ignore[override]
         self,
@@ -234,32 +190,15 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
         **named_inputs: np.ndarray,
     ) -> AsyncIterator[dict[str, np.ndarray]]:
         """Send one batch; ``async for`` over the model's responses."""
-        self._verify_call(inputs, named_inputs, parameters, headers)
-        return self._stream(inputs, named_inputs, parameters, headers, sample=False)
+        return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
-    async def _stream(
-        self,
-        inputs: tuple,
-        named_inputs: dict[str, Any],
-        parameters: dict[str, Any] | None,
-        headers: dict[str, Any] | None,
-        *,
-        sample: bool,
-    ) -> AsyncIterator[dict[str, np.ndarray]]:
+    async def _stream(self, call: InferCall) -> AsyncIterator[dict[str, np.ndarray]]:
         config = await self._ensure_model_config()
-        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        request = self._request(config, call)
         transport: AsyncGrpcTransport = self._transport  # type: ignore[assignment]
-        responses = transport.stream_infer(
-            self._settings.model_name,
-            self._settings.model_version,
-            named,
-            self._output_names(config),
-            parameters,
-            header_strings,
-            self._settings.inference_timeout_s,
-        )
+        responses = transport.stream_infer(request, self._settings.inference_timeout_s)
         try:
             async for outputs in responses:
-                yield self._finish(config, outputs, sample=sample)
+                yield self._finish(config, outputs, sample=call.sample)
         finally:
             await responses.aclose()  # cancels the gRPC call when the caller stops early

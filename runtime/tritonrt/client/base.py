@@ -1,4 +1,4 @@
-"""What every client shares: validated settings, access-token headers, and request preparation.
+"""What every client shares: validated settings, access-token headers, ``from_existing_client``.
 
 Example::
 
@@ -9,20 +9,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from tritonrt.client.arguments import (
-    add_batch_axis,
-    headers_as_strings,
-    map_inputs,
-    remove_batch_axis,
-    require_batching,
-    verify_inputs_args,
-    verify_parameters,
-)
 from tritonrt.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
 from tritonrt.client.url import TritonUrl
 from tritonrt.models.spec import TritonModelConfig
@@ -97,12 +85,11 @@ class ClientSettings:
 
 
 class ClientBase:
-    """Settings, model-config cache and request preparation shared by all client classes."""
+    """Settings, model-config cache and the closed check shared by all client classes."""
 
     _settings: ClientSettings
     _model_config: TritonModelConfig | None
     _closed: bool
-    _decoupled: bool = False  # streaming clients set True
 
     @classmethod
     def from_existing_client(cls, existing_client: Any, **kwargs: Any) -> Any:
@@ -133,52 +120,3 @@ class ClientBase:
                 f"{type(self).__name__} for model {self._settings.model_name!r} is closed: create a new "
                 "client (e.g. in a with block) to send more requests."
             )
-
-    @staticmethod
-    def _verify_call(inputs: tuple, named_inputs: Mapping[str, Any], parameters: Any, headers: Any) -> None:
-        verify_inputs_args(inputs, named_inputs)
-        verify_parameters(parameters, "parameters")
-        verify_parameters(headers, "headers")
-
-    def _prepare(
-        self,
-        config: TritonModelConfig,
-        inputs: tuple,
-        named_inputs: Mapping[str, Any],
-        headers: Mapping[str, Any] | None,
-        *,
-        sample: bool,
-    ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-        """Check the model fits this client and call, and return (inputs by name, headers as strings)."""
-        if config.decoupled and not self._decoupled:
-            raise PyTritonClientValueError(
-                f"Model {config.model_name!r} is decoupled (it streams its responses): use "
-                "DecoupledModelClient or AsyncioDecoupledModelClient with a grpc:// URL."
-            )
-        if self._decoupled and not config.decoupled:
-            raise PyTritonClientValueError(
-                f"Model {config.model_name!r} is not decoupled: use ModelClient or AsyncioModelClient for it."
-            )
-        if not sample:
-            require_batching(config)
-        named = map_inputs(inputs, named_inputs, config)
-        if sample and config.batching:
-            named = add_batch_axis(named)
-        return named, headers_as_strings(headers)
-
-    @staticmethod
-    def _finish(config: TritonModelConfig, outputs: dict[str, np.ndarray], *, sample: bool) -> dict[str, np.ndarray]:
-        return remove_batch_axis(outputs) if sample and config.batching else outputs
-
-    @staticmethod
-    def _output_names(config: TritonModelConfig) -> list[str]:
-        return [spec.name for spec in config.outputs]
-
-
-def require_grpc(settings: ClientSettings, class_name: str) -> None:
-    """Streaming needs gRPC: raise PyTritonClientValueError for an HTTP URL."""
-    if settings.url.scheme != "grpc":
-        raise PyTritonClientValueError(
-            f"{class_name} needs gRPC (Triton streams decoupled responses over gRPC only): use a grpc:// "
-            f"URL, e.g. grpc://{settings.url.hostname}:8001, instead of {settings.url.with_scheme}."
-        )

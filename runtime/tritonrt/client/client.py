@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.client.base import ClientBase, ClientSettings, require_grpc
+from tritonrt.client.arguments import InferCall
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientValueError
 from tritonrt.client.grpc_transport import GrpcTransport
 from tritonrt.client.http_transport import HttpTransport
 from tritonrt.client.model_config_parser import parse_model_config
 from tritonrt.client.readiness import wait_for_model_ready
+from tritonrt.client.transport_client import TransportClient
 from tritonrt.models.spec import TritonModelConfig
 
 
@@ -35,7 +36,7 @@ def config_as_json(config: str | Mapping[str, Any] | None) -> str | None:
     )
 
 
-class ModelClient(ClientBase):
+class ModelClient(TransportClient):
     """Synchronous client of one model on a Triton Inference Server, over HTTP or gRPC.
 
     One client may be shared by many threads. It waits (up to ``init_timeout_s``) for the server and
@@ -68,39 +69,18 @@ class ModelClient(ClientBase):
             model was not ready in time or is not available.
     """
 
-    def __init__(
-        self,
-        url: str,
-        model_name: str,
-        model_version: str | None = None,
-        *,
-        lazy_init: bool = True,
-        init_timeout_s: float | None = None,
-        inference_timeout_s: float | None = None,
-        model_config: TritonModelConfig | None = None,
-        ensure_model_is_ready: bool = True,
-        access_token: str | None = None,
-    ):
-        self._closed = True  # until the transport exists: close() is then a no-op
-        self._settings = ClientSettings.create(
-            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token
-        )
-        self._check_protocol()
-        self._model_config = model_config
-        self._model_ready = model_config is not None and not ensure_model_is_ready
+    def _open(self) -> None:
         self._init_lock = threading.Lock()
         transport_class = GrpcTransport if self._settings.url.scheme == "grpc" else HttpTransport
         self._transport = transport_class(self._settings.url, self._settings.auth_headers)
-        self._closed = False
-        if not lazy_init:
+
+    def _opened(self) -> None:
+        if not self._lazy_init:
             try:
                 self._ensure_model_config()
             except BaseException:
                 self.close()
                 raise
-
-    def _check_protocol(self) -> None:
-        """Subclasses that need a given protocol check it here."""
 
     def __enter__(self) -> ModelClient:
         return self
@@ -162,7 +142,7 @@ class ModelClient(ClientBase):
             PyTritonClientInferenceServerError: the inference callable or the server failed.
             PyTritonClientClosedError: the client is closed.
         """
-        return self._infer(inputs, named_inputs, parameters, headers, sample=True)
+        return self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
     def infer_batch(
         self,
@@ -181,7 +161,7 @@ class ModelClient(ClientBase):
             PyTritonClientModelDoesntSupportBatchingError: the model does not batch: use infer_sample.
             ...: the errors of ``infer_sample``.
         """
-        return self._infer(inputs, named_inputs, parameters, headers, sample=False)
+        return self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
     def load_model(self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None):
         """Ask the server to load (or reload) the model; needs the access token where the server restricts it.
@@ -233,32 +213,15 @@ class ModelClient(ClientBase):
                 self._model_config = parse_model_config(raw, settings.version_number)
             return self._model_config
 
-    def _infer(
-        self,
-        inputs: tuple,
-        named_inputs: dict[str, Any],
-        parameters: dict[str, Any] | None,
-        headers: dict[str, Any] | None,
-        *,
-        sample: bool,
-    ) -> dict[str, np.ndarray]:
-        self._verify_call(inputs, named_inputs, parameters, headers)
+    def _infer(self, call: InferCall) -> dict[str, np.ndarray]:
         config = self._ensure_model_config()
-        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        request = self._request(config, call)
         try:
-            outputs = self._transport.infer(
-                self._settings.model_name,
-                self._settings.model_version,
-                named,
-                self._output_names(config),
-                parameters,
-                header_strings,
-                self._settings.inference_timeout_s,
-            )
+            outputs = self._transport.infer(request, self._settings.inference_timeout_s)
         except PyTritonClientModelUnavailableError:
             self._forget_model()  # e.g. unloaded meanwhile: wait for it again next time
             raise
-        return self._finish(config, outputs, sample=sample)
+        return self._finish(config, outputs, sample=call.sample)
 
 
 class DecoupledModelClient(ModelClient):
@@ -279,9 +242,6 @@ class DecoupledModelClient(ModelClient):
 
     _decoupled = True
 
-    def _check_protocol(self) -> None:
-        require_grpc(self._settings, type(self).__name__)
-
     def infer_sample(  # type: ignore[override]
         self,
         *inputs: np.ndarray,
@@ -295,7 +255,7 @@ class DecoupledModelClient(ModelClient):
             PyTritonClientValueError: the model is not decoupled, or bad inputs.
             ...: the errors of ``ModelClient.infer_sample``.
         """
-        return self._stream(inputs, named_inputs, parameters, headers, sample=True)
+        return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
     def infer_batch(  # type: ignore[override]
         self,
@@ -305,31 +265,14 @@ class DecoupledModelClient(ModelClient):
         **named_inputs: np.ndarray,
     ) -> Iterator[dict[str, np.ndarray]]:
         """Send one batch; iterate the model's responses."""
-        return self._stream(inputs, named_inputs, parameters, headers, sample=False)
+        return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
-    def _stream(
-        self,
-        inputs: tuple,
-        named_inputs: dict[str, Any],
-        parameters: dict[str, Any] | None,
-        headers: dict[str, Any] | None,
-        *,
-        sample: bool,
-    ) -> Iterator[dict[str, np.ndarray]]:
-        self._verify_call(inputs, named_inputs, parameters, headers)
+    def _stream(self, call: InferCall) -> Iterator[dict[str, np.ndarray]]:
         config = self._ensure_model_config()
-        named, header_strings = self._prepare(config, inputs, named_inputs, headers, sample=sample)
+        request = self._request(config, call)
         transport: GrpcTransport = self._transport  # type: ignore[assignment]
-        responses = transport.stream_infer(
-            self._settings.model_name,
-            self._settings.model_version,
-            named,
-            self._output_names(config),
-            parameters,
-            header_strings,
-            self._settings.inference_timeout_s,
-        )
-        return self._debatched(config, responses, sample=sample)
+        responses = transport.stream_infer(request, self._settings.inference_timeout_s)
+        return self._debatched(config, responses, sample=call.sample)
 
     def _debatched(
         self, config: TritonModelConfig, responses: Iterator[dict[str, np.ndarray]], *, sample: bool

@@ -16,6 +16,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
+    PyTritonClientValueError,
 )
 from tritonrt.client.url import TritonUrl
 
@@ -34,8 +35,15 @@ def unreachable_error(url: TritonUrl, cause: object) -> ServerUnreachableError:
     )
 
 
-def timeout_error(url: TritonUrl, action: str, timeout_s: float, setting: str) -> PyTritonClientTimeoutError:
-    """The error for a request not answered within ``timeout_s``; ``setting`` names the knob to raise."""
+def timeout_error(
+    url: TritonUrl, action: str, timeout_s: float, setting: str | None = None
+) -> PyTritonClientTimeoutError:
+    """The error for a request not answered within ``timeout_s``; ``setting`` names the knob to raise.
+
+    Without ``setting``: inference_timeout_s for ``Inference``, init_timeout_s for any other action.
+    """
+    if setting is None:
+        setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
     return PyTritonClientTimeoutError(
         f"{action} on the server at {url.with_scheme} did not finish within {timeout_s:g} s. "
         f"Raise {setting} if it legitimately takes longer."
@@ -75,3 +83,18 @@ def from_tritonclient(
 ) -> PyTritonClientError:
     """Map a tritonclient ``InferenceServerException``."""
     return server_error(error.message() or str(error), error.status(), url=url, action=action, model=model)
+
+
+def call_error(
+    error: InferenceServerException, *, url: TritonUrl, action: str, model: str, timeout_s: float
+) -> PyTritonClientError:
+    """Map an ``InferenceServerException`` of a tritonclient call that ran under a ``timeout_s`` deadline.
+
+    A passed gRPC deadline becomes a timeout error, an error tritonclient raised before sending (no
+    status) a value error, and anything else the server's error (see ``server_error``).
+    """
+    if "DEADLINE_EXCEEDED" in (error.status() or ""):
+        return timeout_error(url, action, timeout_s)
+    if error.status() is None:  # raised by tritonclient itself, before sending
+        return PyTritonClientValueError(f"Invalid request: {error.message()}")
+    return from_tritonclient(error, url=url, action=action, model=model)

@@ -3,7 +3,8 @@
 Example::
 
     transport = GrpcTransport(TritonUrl.from_url("grpc://localhost:8001"), auth_headers={})
-    for outputs in transport.stream_infer("tokens", None, {"prompt": prompt}, ["token"], None, None, 5.0):
+    request = InferRequest("tokens", None, {"prompt": prompt}, ["token"], parameters=None, headers={})
+    for outputs in transport.stream_infer(request, timeout=5.0):
         print(outputs["token"])
 """
 
@@ -17,8 +18,9 @@ import numpy as np
 import tritonclient.grpc
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tritonrt.client.errors import from_tritonclient, timeout_error
-from tritonrt.client.exceptions import PyTritonClientValueError
+from tritonrt.client.errors import call_error, from_tritonclient, timeout_error
+from tritonrt.client.exceptions import PyTritonClientTimeoutError, PyTritonClientValueError
+from tritonrt.client.request import InferRequest
 from tritonrt.client.url import TritonUrl
 
 
@@ -43,9 +45,30 @@ def is_final_response(result: Any) -> bool:
     return "triton_final_response" in parameters and parameters["triton_final_response"].bool_param
 
 
-def is_deadline(error: InferenceServerException) -> bool:
-    """True when gRPC gave up on the call because its deadline passed."""
-    return "DEADLINE_EXCEEDED" in (error.status() or "")
+def grpc_request(request: InferRequest) -> dict[str, Any]:
+    """The keyword arguments of tritonclient.grpc's ``infer`` that send ``request`` (headers left out).
+
+    ``async_stream_infer`` takes them too, and grpc.aio's ``stream_infer`` takes them as one request.
+    """
+    return {
+        "model_name": request.model_name,
+        "inputs": build_grpc_inputs(request.inputs),
+        "model_version": request.version_or_empty,
+        "outputs": [tritonclient.grpc.InferRequestedOutput(name) for name in request.output_names],
+        "parameters": request.parameters_dict,
+    }
+
+
+def streamed_outputs(result: Any, error: Any, *, url: TritonUrl, model: str) -> dict[str, np.ndarray] | None:
+    """The outputs of one streamed response, None for an empty one; raises the error the server streamed."""
+    if error is not None:
+        raise from_tritonclient(error, url=url, action="Inference", model=model)
+    return grpc_outputs(result) if result.get_response().outputs else None
+
+
+def stream_timeout_error(url: TritonUrl, timeout: float) -> PyTritonClientTimeoutError:
+    """The error for a streamed response that did not come within ``timeout``."""
+    return timeout_error(url, "Waiting for a streamed response", timeout, "inference_timeout_s")
 
 
 class GrpcTransport:
@@ -113,41 +136,19 @@ class GrpcTransport:
         """Ask the server to unload the model."""
         self._call("Unloading the model", model_name, timeout, self._client.unload_model, model_name)
 
-    def infer(
-        self,
-        model_name: str,
-        model_version: str | None,
-        named: Mapping[str, np.ndarray],
-        output_names: list[str],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout: float,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, request: InferRequest, timeout: float) -> dict[str, np.ndarray]:
         """Run one inference request and return its outputs by name."""
         result = self._call(
             "Inference",
-            model_name,
+            request.model_name,
             timeout,
             self._client.infer,
-            model_name,
-            build_grpc_inputs(named),
-            model_version=model_version or "",
-            outputs=[tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
-            parameters=dict(parameters) if parameters else None,
-            extra_headers=headers,
+            extra_headers=request.headers,
+            **grpc_request(request),
         )
         return grpc_outputs(result)
 
-    def stream_infer(
-        self,
-        model_name: str,
-        model_version: str | None,
-        named: Mapping[str, np.ndarray],
-        output_names: list[str],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout: float,
-    ) -> Iterator[dict[str, np.ndarray]]:
+    def stream_infer(self, request: InferRequest, timeout: float) -> Iterator[dict[str, np.ndarray]]:
         """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
 
         tritonclient.grpc allows one stream per client, so each call opens its own client, closed when
@@ -158,30 +159,20 @@ class GrpcTransport:
         try:
             client.start_stream(
                 callback=lambda result, error: responses.put((result, error)),
-                headers={**self._auth_headers, **(headers or {})},
+                headers={**self._auth_headers, **request.headers},
             )
             try:
-                client.async_stream_infer(
-                    model_name,
-                    build_grpc_inputs(named),
-                    model_version=model_version or "",
-                    outputs=[tritonclient.grpc.InferRequestedOutput(name) for name in output_names],
-                    parameters=dict(parameters) if parameters else None,
-                    enable_empty_final_response=True,
-                )
+                client.async_stream_infer(**grpc_request(request), enable_empty_final_response=True)
             except InferenceServerException as error:
                 raise PyTritonClientValueError(f"Invalid inference request: {error.message()}") from None
             while True:
                 try:
                     result, error = responses.get(timeout=timeout)
                 except queue.Empty:
-                    raise timeout_error(
-                        self.url, "Waiting for a streamed response", timeout, "inference_timeout_s"
-                    ) from None
-                if error is not None:
-                    raise from_tritonclient(error, url=self.url, action="Inference", model=model_name)
-                if result.get_response().outputs:
-                    yield grpc_outputs(result)
+                    raise stream_timeout_error(self.url, timeout) from None
+                outputs = streamed_outputs(result, error, url=self.url, model=request.model_name)
+                if outputs is not None:
+                    yield outputs
                 if is_final_response(result):
                     return
         finally:
@@ -197,9 +188,4 @@ class GrpcTransport:
         try:
             return method(*args, headers=headers, client_timeout=timeout, **kwargs)
         except InferenceServerException as error:
-            if is_deadline(error):
-                setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
-                raise timeout_error(self.url, action, timeout, setting) from None
-            if error.status() is None:  # raised by tritonclient itself, before sending
-                raise PyTritonClientValueError(f"Invalid request: {error.message()}") from None
-            raise from_tritonclient(error, url=self.url, action=action, model=model) from None
+            raise call_error(error, url=self.url, action=action, model=model, timeout_s=timeout) from None

@@ -9,7 +9,8 @@ sub-second ones included.
 Example::
 
     transport = HttpTransport(TritonUrl.from_url("localhost:8000"), auth_headers={})
-    transport.infer("add", None, {"a": np.ones((1, 2), np.float32)}, ["sum"], None, None, timeout=1.0)
+    request = InferRequest("add", None, {"a": np.ones((1, 2), np.float32)}, ["sum"], parameters=None, headers={})
+    transport.infer(request, timeout=1.0)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from tritonrt.client.errors import server_error, timeout_error, unreachable_error
 from tritonrt.client.exceptions import PyTritonClientValueError
+from tritonrt.client.request import InferRequest
 from tritonrt.client.url import TritonUrl
 
 _STALE_CONNECTION_ERRORS = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
@@ -51,6 +53,16 @@ def build_http_inputs(named: Mapping[str, np.ndarray]) -> list[tritonclient.http
         infer_input.set_data_from_numpy(array, binary_data=True)
         inputs.append(infer_input)
     return inputs
+
+
+def requested_http_outputs(output_names: list[str]) -> list[tritonclient.http.InferRequestedOutput]:
+    """tritonclient.http requested outputs, returned as binary data."""
+    return [tritonclient.http.InferRequestedOutput(name, binary_data=True) for name in output_names]
+
+
+def http_outputs(result: Any) -> dict[str, np.ndarray]:
+    """The outputs of a tritonclient.http ``InferResult`` by name."""
+    return {output["name"]: result.as_numpy(output["name"]) for output in result.get_response()["outputs"]}
 
 
 def load_request_body(config: str | None, files: Mapping[str, bytes] | None) -> dict[str, Any]:
@@ -109,42 +121,33 @@ class HttpTransport:
 
     # -- inference -------------------------------------------------------------------------------
 
-    def infer(
-        self,
-        model_name: str,
-        model_version: str | None,
-        named: Mapping[str, np.ndarray],
-        output_names: list[str],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout: float,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, request: InferRequest, timeout: float) -> dict[str, np.ndarray]:
         """Run one inference request and return its outputs by name."""
-        outputs = [tritonclient.http.InferRequestedOutput(name, binary_data=True) for name in output_names]
         try:
             body, json_size = tritonclient.http.InferenceServerClient.generate_request_body(
-                build_http_inputs(named), outputs, parameters=dict(parameters) if parameters else None
+                build_http_inputs(request.inputs),
+                requested_http_outputs(request.output_names),
+                parameters=request.parameters_dict,
             )
         except InferenceServerException as error:
             raise PyTritonClientValueError(f"Invalid inference request: {error.message()}") from None
-        request_headers = dict(headers or {})
+        request_headers = dict(request.headers)
         if json_size is not None:
             request_headers[_HEADER_LENGTH] = str(json_size)
-        path = model_path(model_name, model_version) + "/infer"
+        path = model_path(request.model_name, request.model_version) + "/infer"
         status, response_headers, data = self._request(
             "POST", path, body=body, headers=request_headers, timeout=timeout, action="Inference"
         )
         if status != 200:
             message = _error_text(data)
-            raise server_error(message, str(status), url=self.url, action="Inference", model=model_name)
+            raise server_error(message, str(status), url=self.url, action="Inference", model=request.model_name)
         header_length = response_headers.get(_HEADER_LENGTH)
         result = tritonclient.http.InferenceServerClient.parse_response_body(
             data,
             header_length=int(header_length) if header_length else None,
             content_encoding=response_headers.get("Content-Encoding"),
         )
-        names = [output["name"] for output in result.get_response()["outputs"]]
-        return {name: result.as_numpy(name) for name in names}
+        return http_outputs(result)
 
     def close(self) -> None:
         """Close the idle connections now and the busy ones when their request ends."""
@@ -214,8 +217,7 @@ class HttpTransport:
                 data = response.read()
             except TimeoutError:
                 connection.close()
-                setting = "inference_timeout_s" if action == "Inference" else "init_timeout_s"
-                raise timeout_error(self.url, action, timeout, setting) from None
+                raise timeout_error(self.url, action, timeout) from None
             except _STALE_CONNECTION_ERRORS as error:
                 connection.close()
                 if reused:  # the server closed an idle keep-alive connection: retry on a fresh one

@@ -13,7 +13,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tritonrt.client.errors import ServerUnreachableError
@@ -77,6 +79,26 @@ class _Wait:
             f"timeout_s).{hint}"
         )
 
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """One round of probes; a server not (yet) reachable or answering in time ends it early.
+
+        The server counts as not live until this round's probe says so.
+        """
+        self.server_live = False
+        with contextlib.suppress(*_NOT_YET):
+            yield
+
+    @contextlib.contextmanager
+    def reading_index(self) -> Iterator[None]:
+        """Reading the repository index: a refusal (restricted endpoint) marks it unreadable."""
+        try:
+            yield
+        except _NOT_YET:
+            raise
+        except PyTritonClientInferenceServerError:
+            self.index_readable = False
+
     def check_index(self, entries: list[dict[str, Any]]) -> None:
         """Raise PyTritonClientModelUnavailableError when the index shows the model missing or failed."""
         mine = [entry for entry in entries if entry.get("name") == self.model_name]
@@ -107,20 +129,13 @@ def wait_for_model_ready(transport: Any, model_name: str, model_version: str | N
     """
     wait = _Wait(transport.url, model_name, model_version, timeout_s)
     while True:
-        try:
-            wait.server_live = False
+        with wait.probing():
             wait.server_live = transport.is_server_live(wait.probe_timeout())
             if wait.server_live:
                 if transport.is_model_ready(model_name, model_version, wait.probe_timeout()):
                     return
-                try:
+                with wait.reading_index():
                     wait.check_index(transport.repository_index(wait.probe_timeout()))
-                except _NOT_YET:
-                    raise
-                except PyTritonClientInferenceServerError:
-                    wait.index_readable = False
-        except _NOT_YET:
-            pass
         time.sleep(wait.next_sleep())
 
 
@@ -130,18 +145,11 @@ async def async_wait_for_model_ready(
     """The asyncio version of ``wait_for_model_ready``."""
     wait = _Wait(transport.url, model_name, model_version, timeout_s)
     while True:
-        try:
-            wait.server_live = False
+        with wait.probing():
             wait.server_live = await transport.is_server_live(wait.probe_timeout())
             if wait.server_live:
                 if await transport.is_model_ready(model_name, model_version, wait.probe_timeout()):
                     return
-                try:
+                with wait.reading_index():
                     wait.check_index(await transport.repository_index(wait.probe_timeout()))
-                except _NOT_YET:
-                    raise
-                except PyTritonClientInferenceServerError:
-                    wait.index_readable = False
-        except _NOT_YET:
-            pass
         await asyncio.sleep(wait.next_sleep())
