@@ -106,7 +106,10 @@ def wrk_script(body: pathlib.Path, header_length: int, workdir: pathlib.Path) ->
 
 
 def _ms(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if match is None:
+        raise RuntimeError(f"cannot read wrk's latency {text!r}")
+    value, unit = match.groups()
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
@@ -116,9 +119,11 @@ def run_wrk(port: int, script: pathlib.Path, connections: int, duration: float) 
          f"http://127.0.0.1:{port}/v2/models/identity/infer"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+    if "Requests/sec" not in out or re.search(r"^\s+50%\s+(\S+)", out, re.M) is None:
+        raise RuntimeError(f"wrk printed no figures (the server did not answer?):\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))
+    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
         raise RuntimeError(f"wrk saw {errors.group(1)} failed responses:\n{out}")
@@ -164,6 +169,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
+    parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
     args = parser.parse_args()
     commands = server_commands(args)
     results: dict = {}
@@ -179,6 +185,8 @@ def main() -> int:
             protocols = ["http", "grpc"] if args.grpc else ["http"]
             for round_index in range(args.rounds):
                 for label, elements, connections in CASES:
+                    if args.size and label != args.size:
+                        continue
                     body, header_length = request_body(elements, workdir)
                     script = wrk_script(body, header_length, workdir)
                     for protocol in protocols:
