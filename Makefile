@@ -9,7 +9,7 @@ DEMO_PROJECT := $(DEMO_DIR)/my-service
 DEMO_PORT ?= 8000
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server test lint demo clean
+.PHONY: help venv install-server test lint demo bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -51,6 +51,10 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	.venv/bin/python -m my_service.client --url http://localhost:$(DEMO_PORT) || exit 1; \
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
+
+bench: install-server  ## proxy overhead: plain Python backend vs tritonrt vs PyTriton (wrk + gRPC), prints a table
+	bench/setup.sh
+	$(PY) bench/run.py
 
 clean:  ## remove build/ (the demo) and caches
 	rm -rf build .pytest_cache .ruff_cache
