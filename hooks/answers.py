@@ -23,8 +23,10 @@ CHOICES = {"framework": ("numpy", "pytorch"), "streaming": ("no", "yes")}
 FREE_TEXT = ("project_name", "description", "author")
 MAX_FREE_TEXT = 500
 MAX_BATCH_SIZE = 65536
-MAX_SLUG = 64
-MAX_MODEL_NAME = 64
+# Lengths that keep every generated line within the line-length limit.
+MAX_PROJECT = 40
+MAX_PACKAGE = 32
+MAX_MODEL_NAME = 40
 STREAM_SUFFIX = "_stream"  # the streaming model is served as <model_name>_stream
 
 # Import names the generated package must not take: the project imports these, or ships them itself.
@@ -63,19 +65,19 @@ _IMAGE = re.compile(
 
 def check_project(value: str) -> list[str]:
     """The repository/directory slug: also the distribution and Docker image name."""
-    if _SLUG.fullmatch(value) and len(value) <= MAX_SLUG:
+    if _SLUG.fullmatch(value) and len(value) <= MAX_PROJECT:
         return []
     return [
-        f"project: {value!r} is not a valid project slug: use 1 to {MAX_SLUG} lowercase letters and digits, "
+        f"project: {value!r} is not a valid project slug: use 1 to {MAX_PROJECT} lowercase letters and digits, "
         "starting with a letter, with single dashes or underscores between words (e.g. my-service)."
     ]
 
 
 def check_package(value: str) -> list[str]:
     """The Python import name of the generated service."""
-    if not _PACKAGE.fullmatch(value) or len(value) > MAX_SLUG or keyword.iskeyword(value):
+    if not _PACKAGE.fullmatch(value) or len(value) > MAX_PACKAGE or keyword.iskeyword(value):
         return [
-            f"package: {value!r} is not a valid Python package name: use 1 to {MAX_SLUG} lowercase letters, "
+            f"package: {value!r} is not a valid Python package name: use 1 to {MAX_PACKAGE} lowercase letters, "
             "digits and underscores, starting with a letter, not a Python keyword (e.g. my_service)."
         ]
     if value in TAKEN_PACKAGES or value in sys.stdlib_module_names:

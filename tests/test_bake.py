@@ -45,6 +45,15 @@ VARIANTS = {
     },
     "batching-off": {"max_batch_size": "0", "inputs": "x:float32:-1x3", "outputs": "y:float32:-1,z:uint8:2"},
     "batching-off-streaming": {"max_batch_size": "0", "streaming": "yes", "framework": "pytorch"},
+    # The longest names and shapes the prompts accept: every generated line stays within the limit.
+    "long-names": {
+        "project": "x" * 40,
+        "package": "p" * 32,
+        "model_name": "m" * 33,
+        "streaming": "yes",
+        "inputs": f"{'i' * 32}:float16:-1x2x-1x2x-1x2x-1x2,{'j' * 32}:uint64:-1x-1x-1x-1x-1x-1x-1x-1",
+        "outputs": f"{'o' * 32}:bytes:-1x-1x-1x-1x-1x-1x-1x-1",
+    },
 }
 # Files rendered from {{cookiecutter.project}}/ (vendored code may hold "{{" in f-strings).
 VENDORED = ("runtime", "loadtests")

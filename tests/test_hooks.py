@@ -134,25 +134,25 @@ def test_every_prompt_has_readable_text() -> None:
     assert set(config["__prompts__"]) == set(DEFAULTS)
 
 
-@pytest.mark.parametrize("value", ["my-service", "svc", "a1", "fraud_detector-v2"])
+@pytest.mark.parametrize("value", ["my-service", "svc", "a1", "fraud_detector-v2", "x" * 40])
 def test_good_project_slugs(value: str) -> None:
     assert answers.check_project(value) == []
 
 
 @pytest.mark.parametrize("value", ["", "My-Service", "2fast", "-svc", "svc-", "a--b", "a b", "a/b", "../x",
-                                   "x" * 65, "svc;rm -rf /", "svc\n"])  # fmt: skip
+                                   "x" * 41, "svc;rm -rf /", "svc\n"])  # fmt: skip
 def test_bad_project_slugs(value: str) -> None:
     (problem,) = answers.check_project(value)
     assert problem.startswith(f"project: {value!r} is not a valid project slug")
 
 
-@pytest.mark.parametrize("value", ["my_service", "svc2", "a"])
+@pytest.mark.parametrize("value", ["my_service", "svc2", "a", "x" * 32])
 def test_good_package_names(value: str) -> None:
     assert answers.check_package(value) == []
 
 
 @pytest.mark.parametrize("value", ["", "My_service", "2svc", "my-service", "my.service", "_svc", "class",
-                                   "x" * 65])  # fmt: skip
+                                   "x" * 33])  # fmt: skip
 def test_bad_package_names(value: str) -> None:
     (problem,) = answers.check_package(value)
     assert problem.startswith(f"package: {value!r} is not a valid Python package name")
@@ -164,21 +164,21 @@ def test_package_names_that_shadow_an_import_are_rejected(value: str) -> None:
     assert f"package: {value!r} is already the name of a module the service imports" in problem
 
 
-@pytest.mark.parametrize("value", ["my_service", "resnet50_v1.2", "Model-X", "7b"])
+@pytest.mark.parametrize("value", ["my_service", "resnet50_v1.2", "Model-X", "7b", "x" * 40])
 def test_good_model_names(value: str) -> None:
     assert answers.check_model_name(value, streaming="no") == []
 
 
-@pytest.mark.parametrize("value", ["", ".", "..", ".hidden", "-x", "my model", "a/b", "a:b", "é", "x" * 65])
+@pytest.mark.parametrize("value", ["", ".", "..", ".hidden", "-x", "my model", "a/b", "a:b", "é", "x" * 41])
 def test_bad_model_names(value: str) -> None:
     (problem,) = answers.check_model_name(value, streaming="no")
     assert problem.startswith(f"model_name: {value!r} is not a name Triton accepts")
 
 
 def test_with_streaming_the_model_name_leaves_room_for_the_stream_model() -> None:
-    assert answers.check_model_name("x" * 64, streaming="no") == []
-    (problem,) = answers.check_model_name("x" * 64, streaming="yes")
-    assert "use 1 to 57" in problem and "'_stream' is appended" in problem
+    assert answers.check_model_name("x" * 33, streaming="yes") == []
+    (problem,) = answers.check_model_name("x" * 34, streaming="yes")
+    assert "use 1 to 33" in problem and "'_stream' is appended" in problem
 
 
 @pytest.mark.parametrize("value", ["0", "1", "64", "65536"])

@@ -1,4 +1,6 @@
-"""Load tests for the {{ cookiecutter.model_name }} model, run by ``make loadtest`` (see loadtests/README.md).
+"""Load tests for the {{ cookiecutter.model_name }} model, run by ``make loadtest``.
+
+See loadtests/README.md for the options, the gates and the reports.
 
 The users read the model's inputs and outputs from the running server (``/v2/models/<model>/config``),
 send seeded random tensors of those shapes (or the samples given with ``--samples``) and check that

@@ -1,4 +1,4 @@
-"""Shared test helpers: the service started as ``python -m {{ cookiecutter.package }}`` on free ports."""
+"""Shared test helpers: the service started on free ports, and the outputs to expect from it."""
 
 from __future__ import annotations
 
@@ -20,13 +20,16 @@ import pytest
 from tritonrt.server.install import find_server_dir
 
 from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.client import Prediction
 from {{ cookiecutter.package }}.model import Model
 from {{ cookiecutter.package }}.settings import PREFIX
 
+PACKAGE = "{{ cookiecutter.package }}"
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 # Guards against hanging, not measurements: the first start may install tritonserver.
 STARTUP_TIMEOUT_S = 600
 STOP_TIMEOUT_S = 120
+ACCESS_TOKEN = "test-token_0123456789abcdef"  # the shared service's; unlocks its restricted endpoints
 MODEL_NAMES = [spec.MODEL_NAME{{ ", spec.STREAM_MODEL_NAME" if cookiecutter.streaming == "yes" }}]
 
 
@@ -93,11 +96,12 @@ def start_service(log: Path, **settings: str) -> Service:
     }
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "{{ cookiecutter.package }}"], env=env, stdout=sink, stderr=subprocess.STDOUT
+            [sys.executable, "-m", PACKAGE], env=env, stdout=sink, stderr=subprocess.STDOUT
         )
     service = Service(process, log, http_port, grpc_port, metrics_port)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not all(_model_ready(service, name) for name in MODEL_NAMES):
+    # Started: the service says so (after tritonrt's run() returned) and every model answers as ready.
+    while "Serving model" not in service.output() or not all(_model_ready(service, n) for n in MODEL_NAMES):
         if process.poll() is not None:
             pytest.fail(f"The service exited with {process.returncode} while starting:\n{service.output()}")
         if time.monotonic() > deadline:
@@ -119,7 +123,7 @@ def _model_ready(service: Service, model_name: str) -> bool:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """The service, shared by the tests of one module; stopped at the end."""
-    running = start_service(tmp_path_factory.mktemp("service") / "service.log")
+    running = start_service(tmp_path_factory.mktemp("service") / "service.log", ACCESS_TOKEN=ACCESS_TOKEN)
     try:
         yield running
     finally:
@@ -135,6 +139,11 @@ def expected_outputs(batch_size: int | None = None) -> dict[str, np.ndarray]:
     assert batch_size is None, "batching is off: the model takes one sample"
     return Model().predict(**spec.example_inputs())
 {%- endif %}
+
+
+def outputs_of(prediction: Prediction) -> dict[str, np.ndarray]:
+    """A prediction's fields as a dict, output name -> array."""
+    return {tensor.name: getattr(prediction, tensor.name) for tensor in spec.OUTPUTS}
 
 
 def assert_outputs_equal(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import free_ports
+from conftest import PACKAGE, free_ports
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.client import Prediction
@@ -62,7 +62,7 @@ def test_the_command_line_says_what_to_do_when_no_service_answers() -> None:
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
     result = subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.package }}.client", "--url", url, "--timeout-s", "0.5"],
+        [sys.executable, "-m", f"{PACKAGE}.client", "--url", url, "--timeout-s", "0.5"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -8,6 +8,7 @@ import logging
 {% endif %}
 import numpy as np
 import pytest
+from conftest import assert_outputs_equal
 from tritonrt.proxy.types import Request
 
 {% if pytorch -%}
@@ -50,16 +51,9 @@ def expected(value: int, batch_size: int | None = BATCH_SIZE) -> dict[str, np.nd
     return outputs
 
 
-def assert_outputs(actual: dict[str, np.ndarray], wanted: dict[str, np.ndarray]) -> None:
-    assert sorted(actual) == sorted(wanted)
-    for name, value in wanted.items():
-        assert actual[name].dtype == value.dtype, name
-        np.testing.assert_array_equal(actual[name], value, err_msg=name)
-
-
 @pytest.mark.parametrize("value", [0, 1])
 def test_every_output_is_the_mean_of_the_inputs(model: Model, value: int) -> None:
-    assert_outputs(model.predict(**filled(value)), expected(value))
+    assert_outputs_equal(model.predict(**filled(value)), expected(value))
 
 
 def test_outputs_have_the_declared_dtypes_and_shapes(model: Model) -> None:
@@ -76,16 +70,16 @@ def test_outputs_have_the_declared_dtypes_and_shapes(model: Model) -> None:
 def test_each_sample_of_a_batch_is_computed_on_its_own(model: Model) -> None:
     zeros, ones = filled(0, 1), filled(1, 1)
     outputs = model.predict(**{name: np.concatenate([zeros[name], ones[name]]) for name in zeros})
-    assert_outputs({name: value[:1] for name, value in outputs.items()}, expected(0, 1))
-    assert_outputs({name: value[1:] for name, value in outputs.items()}, expected(1, 1))
+    assert_outputs_equal({name: value[:1] for name, value in outputs.items()}, expected(0, 1))
+    assert_outputs_equal({name: value[1:] for name, value in outputs.items()}, expected(1, 1))
 
 
 def test_infer_answers_each_request_of_a_batch(model: Model) -> None:
     # Triton hands over several requests at once; @batch joins them and splits the outputs back.
     responses = model.infer([Request(filled(0, 1)), Request(filled(1, 2))])
     assert len(responses) == 2
-    assert_outputs(responses[0], expected(0, 1))
-    assert_outputs(responses[1], expected(1, 2))
+    assert_outputs_equal(responses[0], expected(0, 1))
+    assert_outputs_equal(responses[1], expected(1, 2))
 {%- else %}
 
 
@@ -93,8 +87,8 @@ def test_infer_answers_each_request(model: Model) -> None:
     # Without batching Triton hands over one request at a time; @sample passes its inputs as arguments.
     responses = model.infer([Request(filled(0)), Request(filled(1))])
     assert len(responses) == 2
-    assert_outputs(responses[0], expected(0))
-    assert_outputs(responses[1], expected(1))
+    assert_outputs_equal(responses[0], expected(0))
+    assert_outputs_equal(responses[1], expected(1))
 {%- endif %}
 {%- if pytorch %}
 
@@ -113,5 +107,5 @@ def test_without_torch_the_model_says_so_and_runs_on_numpy(
         fallback = Model()
     assert fallback.module is None
     assert 'pip install -e ".[torch]"' in caplog.text
-    assert_outputs(fallback.predict(**filled(1)), expected(1))
+    assert_outputs_equal(fallback.predict(**filled(1)), expected(1))
 {%- endif %}

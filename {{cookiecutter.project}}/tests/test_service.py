@@ -11,17 +11,29 @@ import subprocess
 import sys
 {%- if batching %}
 import time
+{%- endif %}
+import urllib.error
 import urllib.request
+{%- if batching %}
 from concurrent.futures import ThreadPoolExecutor
 {%- endif %}
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PROJECT_DIR, Service, assert_outputs_equal, expected_outputs, start_service
+from conftest import (
+    ACCESS_TOKEN,
+    PACKAGE,
+    PROJECT_DIR,
+    Service,
+    assert_outputs_equal,
+    expected_outputs,
+    outputs_of,
+    start_service,
+)
 
 from {{ cookiecutter.package }} import spec
-from {{ cookiecutter.package }}.client import AsyncClient, Client, Prediction
+from {{ cookiecutter.package }}.client import AsyncClient, Client{{ ", Prediction" if batching }}
 
 pytestmark = pytest.mark.integration
 PROTOCOLS = ["http", "grpc"]
@@ -30,10 +42,6 @@ WAIT_S = 120  # a guard against hanging, not a measurement
 
 def url(service: Service, protocol: str) -> str:
     return service.http_url if protocol == "http" else service.grpc_url
-
-
-def outputs_of(prediction: Prediction) -> dict:
-    return {tensor.name: getattr(prediction, tensor.name) for tensor in spec.OUTPUTS}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -68,7 +76,7 @@ async def test_async_client(service: Service, protocol: str) -> None:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_command_line_prints_every_output(service: Service, protocol: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.package }}.client", "--url", url(service, protocol)],
+        [sys.executable, "-m", f"{PACKAGE}.client", "--url", url(service, protocol)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -76,6 +84,28 @@ def test_the_command_line_prints_every_output(service: Service, protocol: str) -
     assert result.returncode == 0, result.stderr
     printed = [line.split(":")[0] for line in result.stdout.splitlines()]
     assert printed == [tensor.name for tensor in spec.OUTPUTS]
+
+
+{%- if batching %}
+
+
+def test_the_command_line_sends_a_batch(service: Service) -> None:
+    command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.grpc_url, "--batch-size", "2"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    shapes = [line.split(" ")[2] for line in result.stdout.splitlines()]
+    assert shapes and all(shape.startswith("(2,") for shape in shapes)
+{%- endif %}
+
+
+def test_the_access_token_unlocks_the_restricted_endpoints(service: Service) -> None:
+    index = urllib.request.Request(f"{service.http_url}/v2/repository/index", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(index, timeout=30)
+    assert refused.value.code == 403
+    index.add_header("triton-access-token", ACCESS_TOKEN)
+    with urllib.request.urlopen(index, timeout=30) as response:
+        assert spec.MODEL_NAME in response.read().decode()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS{{ ' + ["stream"]' if streaming }})

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import PACKAGE
 
 from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
 
@@ -80,7 +81,7 @@ def test_the_ports_must_differ() -> None:
 
 def test_the_service_exits_2_on_a_bad_setting_and_says_which() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.package }}"],
+        [sys.executable, "-m", PACKAGE],
         env={**os.environ, **env(INSTANCES="many")},
         capture_output=True,
         text=True,

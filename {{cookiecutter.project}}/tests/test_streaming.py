@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
-from conftest import Service, assert_outputs_equal, expected_outputs
+from conftest import PACKAGE, Service, assert_outputs_equal, expected_outputs, outputs_of
 from tritonrt.client.exceptions import PyTritonClientValueError
 from tritonrt.proxy.types import Request
 
 from {{ cookiecutter.package }} import spec
-from {{ cookiecutter.package }}.client import AsyncClient, Client, Prediction
+from {{ cookiecutter.package }}.client import AsyncClient, Client
 from {{ cookiecutter.package }}.model import STREAM_CHUNKS, Model
-
-
-def outputs_of(prediction: Prediction) -> dict:
-    return {tensor.name: getattr(prediction, tensor.name) for tensor in spec.OUTPUTS}
 
 
 def test_infer_stream_yields_every_chunk_for_each_request() -> None:
@@ -49,3 +48,12 @@ async def test_async_stream_over_grpc(service: Service) -> None:
     assert len(predictions) == STREAM_CHUNKS
     for prediction in predictions:
         assert_outputs_equal(outputs_of(prediction), expected_outputs())
+
+
+@pytest.mark.integration
+def test_the_command_line_streams(service: Service) -> None:
+    command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.grpc_url, "--stream"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    headers = [line for line in result.stdout.splitlines() if line.startswith("response ")]
+    assert headers == [f"response {number}:" for number in range(1, STREAM_CHUNKS + 1)]

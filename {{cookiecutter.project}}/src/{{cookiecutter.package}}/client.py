@@ -15,7 +15,7 @@
             {{ tensor.name }}: {{ tensor.dtype }}, shape {{ tensor.shape_text(batched) }}.
 {%- endfor %}
 {%- endmacro -%}
-"""The typed client of the {{ cookiecutter.model_name }} model, and a command line that sends an example request.
+"""The typed client of the model, and a command line that sends it an example request.
 
 The URL's scheme picks the protocol: ``http://host:8000`` or ``grpc://host:8001``.
 
@@ -214,8 +214,8 @@ def _prediction(outputs: dict[str, np.ndarray]) -> Prediction:
 def main(argv: list[str] | None = None) -> int:
     """Send the example request (``spec.example_inputs``) and print the outputs; 1 if the request fails."""
     parser = argparse.ArgumentParser(
-        prog="python -m {{ cookiecutter.package }}.client",
-        description="Send an example request to the {{ cookiecutter.model_name }} model and print its outputs.",
+        prog=f"python -m {__package__}.client",
+        description=f"Send an example request to the {spec.MODEL_NAME} model and print its outputs.",
     )
     parser.add_argument(
         "--url", default=DEFAULT_URL, help="http://host:port or grpc://host:port (default: %(default)s)"
@@ -266,9 +266,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(prediction: Prediction) -> None:
+    """One line per output: name, dtype, shape and (abridged) values."""
     for field in dataclasses.fields(prediction):
-        name, value = field.name, getattr(prediction, field.name)
-        print(f"{name}: {value.dtype} {value.shape} {np.array2string(value, threshold=20)}")
+        value = getattr(prediction, field.name)
+        values = " ".join(np.array2string(value, threshold=20, separator=", ").split())
+        print(f"{field.name}: {value.dtype} {value.shape} {values}")
 
 
 if __name__ == "__main__":
