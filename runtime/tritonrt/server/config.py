@@ -194,10 +194,6 @@ class TritonSecurityConfig:
             )
         self.restricted_endpoints = list(dict.fromkeys(self.restricted_endpoints))
 
-    def http_headers(self) -> dict[str, str]:
-        """Headers that pass the restriction over HTTP."""
-        return {TRITON_ACCESS_HEADER: self.access_token}
-
     def restriction_flag_value(self) -> str | None:
         """``<endpoints>:<header>=<token>`` for --http-restricted-api / --grpc-restricted-protocol."""
         if not self.restricted_endpoints:

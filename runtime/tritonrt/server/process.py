@@ -110,10 +110,6 @@ class TritonServerProcess:
             except Exception:
                 LOGGER.exception("on-exit callback failed")
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
-
     def is_alive(self) -> bool:
         return self._process is not None and not self._exited.is_set()
 
