@@ -1,8 +1,8 @@
 """Exceptions raised by tritonrt, named as in PyTriton so that ``except`` clauses carry over."""
 
 
-class PyTritonError(Exception):
-    """Base class of every tritonrt error."""
+class MessageError(Exception):
+    """An exception whose text is kept in ``message`` (the base of the runtime's and the clients' errors)."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -12,6 +12,13 @@ class PyTritonError(Exception):
     def message(self) -> str:
         """The error message."""
         return self._message
+
+    def __str__(self) -> str:
+        return self._message
+
+
+class PyTritonError(MessageError):
+    """Base class of every tritonrt runtime error."""
 
 
 class PyTritonValidationError(PyTritonError):

@@ -10,21 +10,11 @@ Every client error derives from ``PyTritonClientError``::
         print(error.message)
 """
 
+from tritonrt.exceptions import MessageError
 
-class PyTritonClientError(Exception):
+
+class PyTritonClientError(MessageError):
     """Base class of every client error; ``message`` holds the text."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self._message = message
-
-    @property
-    def message(self) -> str:
-        """The error message."""
-        return self._message
-
-    def __str__(self) -> str:
-        return self._message
 
 
 class PyTritonClientValueError(PyTritonClientError):
