@@ -84,7 +84,12 @@ def request_body(elements: int, workdir: pathlib.Path) -> tuple[pathlib.Path, in
     header = json.dumps(
         {
             "inputs": [
-                {"name": "INPUT", "shape": [1, elements], "datatype": "FP32", "parameters": {"binary_data_size": elements * 4}}
+                {
+                    "name": "INPUT",
+                    "shape": [1, elements],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": elements * 4},
+                }
             ],
             "outputs": [{"name": "OUTPUT", "parameters": {"binary_data": True}}],
         }
@@ -153,8 +158,19 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
         "--metrics-port={metrics}", "--exit-timeout-secs=2",
         "--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=4194304",
     ]  # fmt: skip
-    serve = [str(HERE / "serve_identity.py"), "--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}"]
-    commands = {"plain": (plain, plain_env), "tritonrt": ([sys.executable, *serve, "--runtime", "tritonrt"], dict(os.environ))}
+    serve = [
+        str(HERE / "serve_identity.py"),
+        "--http-port",
+        "{http}",
+        "--grpc-port",
+        "{grpc}",
+        "--metrics-port",
+        "{metrics}",
+    ]
+    commands = {
+        "plain": (plain, plain_env),
+        "tritonrt": ([sys.executable, *serve, "--runtime", "tritonrt"], dict(os.environ)),
+    }
     if args.pytriton:
         python = HERE / ".venv-pytriton" / "bin" / "python"
         # PyTriton's stub, like ours, must load this interpreter's libpython.
@@ -191,7 +207,11 @@ def main() -> int:
                     script = wrk_script(body, header_length, workdir)
                     for protocol in protocols:
                         for name, server in servers.items():
-                            print(f"round {round_index + 1}: {protocol} {label} x{connections} {name}", file=sys.stderr, flush=True)
+                            print(
+                                f"round {round_index + 1}: {protocol} {label} x{connections} {name}",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                             if protocol == "http":
                                 figures = run_wrk(server.http, script, connections, args.duration)
                             else:
@@ -225,7 +245,12 @@ def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> N
             medians[name] = (rps, p50)
             cells.append(f"{rps:9.0f} {p50:8.3f} {p99:8.3f}")
         ratios = [f"{medians[n][0] / medians['plain'][0]:14.2f}" for n in names if n != "plain"]
-        print(f"{protocol:5} {label:7} {connections:>5} | " + " | ".join(f"{c:>26}" for c in cells) + " | " + " | ".join(ratios))
+        print(
+            f"{protocol:5} {label:7} {connections:>5} | "
+            + " | ".join(f"{c:>26}" for c in cells)
+            + " | "
+            + " | ".join(ratios)
+        )
     print()
     for protocol in ("http", "grpc"):
         if (protocol, "64 B", 1, "plain") in results:
