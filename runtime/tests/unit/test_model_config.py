@@ -192,9 +192,7 @@ def test_defaults_follow_pytriton():
 
 
 def test_batching_off_gives_zero_max_batch_size_and_no_batcher():
-    cfg = _build(
-        config=ModelConfig(batching=False, max_batch_size=16, batcher=DynamicBatcher(priority_levels=2))
-    )
+    cfg = _build(config=ModelConfig(batching=False, max_batch_size=16, batcher=DynamicBatcher(priority_levels=2)))
     assert cfg.batching is False
     assert cfg.max_batch_size == 0
     assert cfg.batcher is None
@@ -205,9 +203,7 @@ def test_batching_on_without_batcher_keeps_none():
 
 
 def test_instance_count_response_cache_decoupled_and_version_are_carried():
-    cfg = _build(
-        config=ModelConfig(max_batch_size=32, response_cache=True), instance_count=3, model_version=7
-    )
+    cfg = _build(config=ModelConfig(max_batch_size=32, response_cache=True), instance_count=3, model_version=7)
     assert cfg.instance_group == {DeviceKind.KIND_CPU: 3}
     assert cfg.response_cache is True
     assert cfg.model_version == 7
@@ -216,9 +212,7 @@ def test_instance_count_response_cache_decoupled_and_version_are_carried():
 
 
 def test_full_batcher_is_kept_and_copied():
-    policy = QueuePolicy(
-        timeout_action=TimeoutAction.DELAY, default_timeout_microseconds=50, max_queue_size=9
-    )
+    policy = QueuePolicy(timeout_action=TimeoutAction.DELAY, default_timeout_microseconds=50, max_queue_size=9)
     batcher = DynamicBatcher(
         max_queue_delay_microseconds=250,
         preferred_batch_size=[2, np.int32(8)],
@@ -344,9 +338,7 @@ def test_bad_shape_dimension(shape):
 
 @pytest.mark.parametrize("shape", [3, "3", None])
 def test_shape_must_be_a_sequence(shape):
-    _expect(
-        PyTritonBadParameterError, "INPUT_1", "shape must be a tuple of ints", inputs=[_tensor(shape=shape)]
-    )
+    _expect(PyTritonBadParameterError, "INPUT_1", "shape must be a tuple of ints", inputs=[_tensor(shape=shape)])
 
 
 def test_empty_shape_suggests_one_element():
@@ -406,16 +398,12 @@ def test_batcher_must_be_dynamic_batcher():
 
 
 def test_negative_queue_delay():
-    _batcher_error(
-        PyTritonBadParameterError, "max_queue_delay_microseconds", "-5", max_queue_delay_microseconds=-5
-    )
+    _batcher_error(PyTritonBadParameterError, "max_queue_delay_microseconds", "-5", max_queue_delay_microseconds=-5)
 
 
 @pytest.mark.parametrize("sizes", [[4, 16], [0], [-2], [2, 2.5]])
 def test_bad_preferred_batch_size(sizes):
-    _batcher_error(
-        PyTritonBadParameterError, "preferred_batch_size", "max_batch_size=8", preferred_batch_size=sizes
-    )
+    _batcher_error(PyTritonBadParameterError, "preferred_batch_size", "max_batch_size=8", preferred_batch_size=sizes)
 
 
 def test_preferred_batch_size_must_be_a_list():
@@ -447,9 +435,7 @@ def test_default_priority_level_zero_with_priorities_is_refused_like_triton():
 
 
 def test_default_priority_level_without_priority_levels():
-    _batcher_error(
-        PyTritonBadParameterError, "default_priority_level", "priority_levels", default_priority_level=1
-    )
+    _batcher_error(PyTritonBadParameterError, "default_priority_level", "priority_levels", default_priority_level=1)
 
 
 @pytest.mark.parametrize("key", [0, 3, -1, "1"])
@@ -475,9 +461,7 @@ def test_priority_queue_policy_without_priority_levels():
 
 
 def test_priority_queue_policy_must_be_a_dict():
-    _batcher_error(
-        PyTritonBadParameterError, "priority_queue_policy", "dict", priority_queue_policy=[QueuePolicy()]
-    )
+    _batcher_error(PyTritonBadParameterError, "priority_queue_policy", "dict", priority_queue_policy=[QueuePolicy()])
 
 
 @pytest.mark.parametrize(

@@ -159,9 +159,7 @@ def test_no_batching_means_zero_max_batch_size_and_no_dynamic_batching():
         config=ModelConfig(batching=False),
     )
     # Even a hand-made config that still carries a batcher renders without one once batching is off.
-    handmade = TritonModelConfig(
-        model_name="nobatch", batching=False, max_batch_size=8, batcher=DynamicBatcher()
-    )
+    handmade = TritonModelConfig(model_name="nobatch", batching=False, max_batch_size=8, batcher=DynamicBatcher())
     for cfg in (built, handmade):
         text = render_pbtxt(cfg)
         assert "dynamic_batching" not in text
@@ -217,10 +215,7 @@ def test_backend_parameters_become_string_parameters():
         backend_parameters={"proxy_address": "ipc:///tmp/tritonrt/m.sock", "shm_prefix": "/tritonrt-1"},
     )
     text = render_pbtxt(cfg)
-    assert (
-        'parameters {\n  key: "proxy_address"\n  value {\n    string_value: "ipc:///tmp/tritonrt/m.sock"\n'
-        in text
-    )
+    assert 'parameters {\n  key: "proxy_address"\n  value {\n    string_value: "ipc:///tmp/tritonrt/m.sock"\n' in text
     parameters = parse(text).parameters
     assert {key: value.string_value for key, value in parameters.items()} == cfg.backend_parameters
 
