@@ -121,6 +121,7 @@ class Channel:
                     inline.append(data)
                     inline_size += nbytes
             metas.append(group)
+        self._last_small = not to_shm and inline_size < SHM_THRESHOLD
         region = None
         if to_shm:
             out = self._out_region(shm_size)
@@ -132,7 +133,6 @@ class Channel:
         array = data = value = tensors = extra = None  # noqa: F841 - drop the last loop references
         if finish is not None:
             note = finish()
-        self._last_small = not to_shm and inline_size < SHM_THRESHOLD
         header = pickle.dumps((kind, extras, metas, region, note), protocol=pickle.HIGHEST_PROTOCOL)
         self._sendall([_PREFIX.pack(len(header), inline_size), header, *inline])
 
