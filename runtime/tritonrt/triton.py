@@ -153,6 +153,7 @@ class _ModelHost:
         self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-"))
         self._socket_dir.chmod(0o700)
         self._shm_prefix = f"tritonrt_{uuid.uuid4().hex[:12]}_"
+        self._import_paths = environment.import_paths()  # once per start: the shim of every model uses them
 
     def _model_repository(self) -> pathlib.Path:
         path = self._workspace / "model-repository"
@@ -161,8 +162,7 @@ class _ModelHost:
 
     def _prepare(self, model: BoundModel) -> None:
         model.attach(self._socket_dir, os.getpid(), self._shm_prefix)
-        entries, site_dirs = environment.import_paths()
-        repository.write_model(self._model_repository(), model.config, entries, site_dirs)
+        repository.write_model(self._model_repository(), model.config, *self._import_paths)
         model.start(self._socket_dir, self._shm_prefix, self._on_unrecoverable)
 
     def _deploy(self, model: BoundModel) -> None:

@@ -61,7 +61,6 @@ class TritonServerProcess:
             *[arg for path in cleanup for arg in ("--cleanup", str(path))], "--", *command,
         ]  # fmt: skip
         self._env = env
-        self._shm_prefix = shm_prefix
         self._verbose = verbose
         self._process: subprocess.Popen | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
@@ -146,9 +145,6 @@ class TritonServerProcess:
                 LOGGER.warning("tritonserver did not stop within %.0f s: killing it", timeout_s)
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._exited.wait(10)
-        from tritonrt.server.guard import remove_shm
-
-        remove_shm(self._shm_prefix)
         return self._process.returncode
 
 

@@ -1,8 +1,13 @@
-"""The baseline: an identity model computed inside Triton's Python stub (no proxy)."""
+"""The baseline: an identity model computed inside Triton's Python stub (no proxy).
 
+The stub ignores PYTHONPATH, so bench/run.py passes the benchmark's import paths in BENCH_SYS_PATH.
+"""
+
+import json
+import os
 import sys
 
-sys.path[:0] = [p for p in __import__("json").loads(__import__("os").environ.get("BENCH_SYS_PATH", "[]"))]
+sys.path[:0] = json.loads(os.environ.get("BENCH_SYS_PATH", "[]"))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
