@@ -279,31 +279,34 @@ def _array_inputs(kwargs: dict, decorator: str, args: tuple = ()) -> dict[str, n
 
 def _batch_size(inputs: Mapping[str, np.ndarray], where: str) -> int:
     """The common first-axis size of the inputs; all inputs must agree."""
-    if not inputs:
-        return get_inference_request_batch_size(inputs)  # raises its error for a request without inputs
-    sizes = {}
+    size = None
     for name, value in inputs.items():
-        if np.ndim(value) == 0:
+        shape = value.shape if type(value) is np.ndarray else np.shape(value)
+        if not shape:
             raise PyTritonValidationError(
                 f"Input {name!r} of {where} has no batch axis (0-dimensional). Batching decorators need "
                 "inputs whose first axis is the batch: bind the model with batching (max_batch_size > 0)."
             )
-        sizes[name] = np.shape(value)[0]
-    if len(set(sizes.values())) > 1:
-        listed = ", ".join(f"{name} has {size}" for name, size in sizes.items())
-        raise PyTritonValidationError(
-            f"Inputs of {where} have different batch sizes ({listed} rows); every input of a request "
-            "must have the same size of its first (batch) axis."
-        )
-    return next(iter(sizes.values()))
+        if size is None:
+            size = shape[0]
+        elif shape[0] != size:
+            listed = ", ".join(f"{key} has {np.shape(array)[0]}" for key, array in inputs.items())
+            raise PyTritonValidationError(
+                f"Inputs of {where} have different batch sizes ({listed} rows); every input of a request "
+                "must have the same size of its first (batch) axis."
+            )
+    if size is None:
+        return get_inference_request_batch_size(inputs)  # raises its error for a request without inputs
+    return size
 
 
 # --- request <-> batch conversion ------------------------------------------------------------------------
 
 
 def _concatenate(name: str, arrays: list[np.ndarray]) -> np.ndarray:
-    if len(arrays) == 1:  # one request: its array already is the batch (no copy)
-        return arrays[0]
+    joined = _join_adjacent(arrays)
+    if joined is not None:
+        return joined
     try:
         return np.concatenate(arrays)
     except ValueError as error:
@@ -314,21 +317,61 @@ def _concatenate(name: str, arrays: list[np.ndarray]) -> np.ndarray:
         ) from error
 
 
+_JOIN_MIN_BYTES = 64 << 10  # below this, copying is cheaper than checking whether arrays are adjacent
+
+
+def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """One view spanning ``arrays`` when they lie back to back in one buffer (as tritonrt lays out the
+    requests of a batch), so that batching large tensors copies nothing; None otherwise."""
+    first = arrays[0]
+    if type(first) is not np.ndarray or first.nbytes * len(arrays) < _JOIN_MIN_BYTES:
+        return None
+    base = first.base
+    if type(base) is not np.ndarray or base.ndim != 1 or not base.flags.c_contiguous:
+        return None
+    dtype, trailing = first.dtype, first.shape[1:]
+    start = address = first.__array_interface__["data"][0]
+    rows = 0
+    for array in arrays:
+        if (
+            type(array) is not np.ndarray
+            or array.base is not base
+            or array.dtype != dtype
+            or array.shape[1:] != trailing
+            or not array.flags.c_contiguous
+            or array.__array_interface__["data"][0] != address
+        ):
+            return None
+        address += array.nbytes
+        rows += array.shape[0]
+    offset = start - base.__array_interface__["data"][0]
+    return np.ndarray((rows, *trailing), dtype, base, offset)
+
+
 def _split_batch(outputs: dict[str, Any], sizes: list[int]) -> list[InferenceResult]:
     """Cut batched outputs into one response per request, by the requests' batch sizes."""
     total = sum(sizes)
+    exact = True  # every output has exactly ``total`` rows
     for name, value in outputs.items():
-        if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] < total:
+        if type(value) is not np.ndarray or not value.ndim or value.shape[0] < total:
             got = f"shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
             raise PyTritonValidationError(
                 f"Output {name!r} must be a numpy array with at least {total} rows (one per input row of the "
                 f"batch), got {got}. Return one row per input row."
             )
+        exact = exact and value.shape[0] == total
+    if exact and len(sizes) == 1:
+        return [outputs]
     responses, start = [], 0
     for size in sizes:
         responses.append({name: value[start : start + size] for name, value in outputs.items()})
         start += size
     return responses
+
+
+def _request_inputs(request: InferenceRequest) -> dict[str, np.ndarray]:
+    data = getattr(request, "data", None)  # tritonrt's Request keeps its inputs in a dict
+    return data if type(data) is dict else dict(request)
 
 
 @wrapt.decorator
@@ -346,17 +389,23 @@ def batch(wrapped, instance, args, kwargs):
             return {"label": model(image)}
     """
     requests, rest = _requests_arg(args, kwargs, "@batch")
-    names = list(requests[0].keys())
-    for index, request in enumerate(requests[1:], start=1):
-        if set(request.keys()) != set(names):
+    all_inputs = [_request_inputs(request) for request in requests]
+    names = all_inputs[0].keys()
+    for index, inputs in enumerate(all_inputs[1:], start=1):
+        if inputs.keys() != names:
             raise PyTritonValidationError(
                 f"Cannot batch requests with different inputs: request 0 has {sorted(names)}, request "
-                f"{index} has {sorted(request.keys())}. Put @group_by_keys above @batch, or give defaults "
+                f"{index} has {sorted(inputs)}. Put @group_by_keys above @batch, or give defaults "
                 "for the optional inputs with @fill_optionals."
             )
-    sizes = [_batch_size(request, f"request {index}") for index, request in enumerate(requests)]
-    inputs = {name: _concatenate(name, [request[name] for request in requests]) for name in names}
-    result = wrapped(*rest, **{**kwargs, **inputs})
+    sizes = [_batch_size(inputs, f"request {index}") for index, inputs in enumerate(all_inputs)]
+    if len(all_inputs) == 1:  # one request: its arrays already are the batch (no copy)
+        batched = dict(all_inputs[0])
+    else:
+        batched = {name: _concatenate(name, [inputs[name] for inputs in all_inputs]) for name in names}
+    result = wrapped(*rest, **{**kwargs, **batched}) if kwargs else wrapped(*rest, **batched)
+    if type(result) is dict:  # the common case: no awaitable or stream to merge
+        return _split_batch(result, sizes)
     return _combine([result], lambda results: _split_batch(convert_output(results[0], wrapped, instance), sizes))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils  # provided by the stub, importable only in it
 
 from tritonrt.proxy import protocol
-from tritonrt.proxy.transport import Channel, PeerGone
+from tritonrt.proxy.transport import SPIN_S, Channel, PeerGone
 
 
 def _parameter(config: dict, key: str) -> str:
@@ -41,7 +41,7 @@ class TritonPythonModel:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(str(socket_dir / f"{key}.{index}.sock"))
         region_prefix = f"{_parameter(config, 'tritonrt_shm_prefix')}{key}_{index}_req_"
-        self._channel = Channel(sock, region_prefix)
+        self._channel = Channel(sock, region_prefix, SPIN_S)
 
     def _instance_index(self, instance_name: str, count: int) -> int:
         """Triton names instances ``<group>_<i>``; tritonrt writes one group, so ``i`` picks the callable.
@@ -62,8 +62,12 @@ class TritonPythonModel:
         for request in requests:
             tensors = request.inputs()
             held.append(tensors)
+            parameters = request.parameters()
             requested = request.requested_output_names()
-            extra = (json.loads(request.parameters() or "{}"), sorted(requested) if requested else None)
+            extra = (
+                json.loads(parameters) if parameters and parameters != "{}" else None,
+                sorted(requested) if requested else None,
+            )
             groups.append((extra, {tensor.name(): tensor.as_numpy() for tensor in tensors}))
         try:
             self._channel.send(protocol.INFER, groups)
@@ -111,7 +115,7 @@ class TritonPythonModel:
 
     @staticmethod
     def _response(outputs: dict):
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in outputs.items()])
+        return pb_utils.InferenceResponse([pb_utils.Tensor(name, array) for name, array in outputs.items()])
 
     @staticmethod
     def _error_response(message: str):

@@ -12,6 +12,7 @@ nbytes)`` for the tensors of group ``i``; ``extras[i]`` is group-level data (req
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import pathlib
@@ -25,16 +26,30 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array, is_bytes_dtype
+from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array
 
 SHM_THRESHOLD = 64 << 10
 # Before blocking on a read, poll for up to this long when the last message was small: small requests are
 # latency-bound, and a reply or next request that comes within it saves a sleep and a wake-up of this process
 # (expensive on VMs). Large messages are CPU-bound, so no polling there. TRITONRT_SPIN_US=0 turns it off.
 SPIN_S = float(os.environ.get("TRITONRT_SPIN_US", "300")) / 1e6
+WORKER_SPIN_S = float(os.environ.get("TRITONRT_WORKER_SPIN_US", "0")) / 1e6
+_SPIN_LARGE = os.environ.get("TRITONRT_SPIN_LARGE") == "1"
 _PREFIX = struct.Struct("<IQ")
+INLINE, OWN, PEER = 0, 1, 2  # where a tensor's bytes are: inline, in the sender's region, in the receiver's
+_PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)  # an int: or-ing the flags each time costs an enum call
+_NEVER = 1 << 62
 _ALIGN = 64
 _SHM_DIR = pathlib.Path("/dev/shm")
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype(code: str) -> np.dtype:
+    return np.dtype(code)
+
+
+def _bytes_view(data) -> memoryview:
+    return memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
 
 
 class PeerGone(ConnectionError):
@@ -69,15 +84,17 @@ class Channel:
     ``region_prefix`` names the shared memory this end creates for what it sends (None: inline only).
     """
 
-    def __init__(self, sock: socket.socket, region_prefix: str | None):
+    def __init__(self, sock: socket.socket, region_prefix: str | None, spin_s: float = 0.0):
+        self._spin_s = spin_s
         self._sock = sock
         self._region_prefix = region_prefix
         self._generation = 0
         self._out: _Region | None = None
         self._in: _Region | None = None
+        self._in_bounds: tuple[int, int] | None = None  # addresses of the peer's region in this process
         self._buffer = bytearray(1 << 16)
         self._prefix = bytearray(_PREFIX.size)
-        self._views: list[weakref.ref] = []
+        self._shm_base: weakref.ref | None = None
         self._last_small = True  # was the last message sent or received small (no shared memory)?
 
     # -- sending ---------------------------------------------------------------------------------------------
@@ -94,57 +111,99 @@ class Channel:
         ``finish()``, when given, runs after large tensors are copied out and the references to them dropped;
         its result becomes the message's note.
         """
-        groups = groups if groups is not None else []
-        inline: list = []
-        inline_size = 0
-        to_shm: list[tuple[memoryview, int]] = []
-        shm_size = 0
         extras, metas = [], []
-        for extra, tensors in groups:
+        inline_runs: dict[str, list] = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
+        shm_runs: dict[str, list] = {}
+        large = False
+        threshold = SHM_THRESHOLD if self._region_prefix is not None else _NEVER
+        for extra, tensors in groups or ():
             extras.append(extra)
             group = []
             for name, value in tensors.items():
-                array = value if isinstance(value, np.ndarray) else np.asarray(value)
-                if is_bytes_dtype(array.dtype):
-                    data, dtype = memoryview(encode_bytes_array(array)), BYTES
+                array = value if type(value) is np.ndarray else np.asarray(value)
+                if array.dtype.kind in "OSU":
+                    data = encode_bytes_array(array)
+                    dtype, nbytes = BYTES, len(data)
                 else:
                     if not array.flags.c_contiguous:
                         array = np.ascontiguousarray(array)
-                    data, dtype = memoryview(array.reshape(-1).view(np.uint8)), array.dtype.str
-                nbytes = data.nbytes
-                if self._region_prefix is not None and nbytes >= SHM_THRESHOLD:
-                    group.append((name, dtype, array.shape, True, shm_size, nbytes))
-                    to_shm.append((data, shm_size))
-                    shm_size += -(-nbytes // _ALIGN) * _ALIGN
-                else:
-                    group.append((name, dtype, array.shape, False, inline_size, nbytes))
-                    inline.append(data)
-                    inline_size += nbytes
+                    data, dtype, nbytes = array, array.dtype.str, array.nbytes
+                meta = [name, dtype, array.shape, INLINE, 0, nbytes]
+                group.append(meta)
+                if nbytes >= threshold:
+                    large = True
+                    offset = self._peer_offset(array) if dtype != BYTES else None
+                    if offset is None:
+                        meta[3] = OWN
+                        shm_runs.setdefault(name, []).append((meta, data))
+                    else:
+                        meta[3], meta[4] = PEER, offset
+                elif nbytes:
+                    inline_runs.setdefault(name, []).append((meta, data))
             metas.append(group)
-        self._last_small = not to_shm and inline_size < SHM_THRESHOLD
+        buffers: list = [b""]  # [prefix + header, inline tensor buffers...]
+        inline_size = 0
+        for run in inline_runs.values():
+            padding = -inline_size % _ALIGN  # each run starts aligned
+            if padding:
+                buffers.append(bytes(padding))
+                inline_size += padding
+            for meta, data in run:
+                meta[4] = inline_size
+                buffers.append(data)
+                inline_size += meta[5]
         region = None
-        if to_shm:
-            out = self._out_region(shm_size)
-            for data, offset in to_shm:
-                out.map[offset : offset + data.nbytes] = data
-            region = out.name
-        groups.clear()
-        to_shm.clear()
-        array = data = value = tensors = extra = None  # noqa: F841 - drop the last loop references
+        if shm_runs:
+            region = self._copy_to_region(shm_runs)
+        self._last_small = not large and inline_size < SHM_THRESHOLD
+        inline_runs = shm_runs = None
+        if groups:
+            groups.clear()
+        array = data = value = tensors = extra = run = None  # noqa: F841 - drop the last loop references
         if finish is not None:
             note = finish()
         header = pickle.dumps((kind, extras, metas, region, note), protocol=pickle.HIGHEST_PROTOCOL)
-        self._sendall([_PREFIX.pack(len(header), inline_size), header, *inline])
+        header += bytes(-len(header) % _ALIGN)  # inline tensors start aligned (pickle ignores trailing bytes)
+        buffers[0] = _PREFIX.pack(len(header), inline_size) + header
+        sent = self._sock.sendmsg(buffers)
+        if sent != len(buffers[0]) + inline_size:
+            self._send_rest(buffers, sent)
 
-    def _sendall(self, buffers: list) -> None:
-        views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    def _copy_to_region(self, runs: dict[str, list]) -> str:
+        """Lay the runs out in the outgoing region (each run starts aligned) and copy them in; its name."""
+        layout, size = [], 0
+        for run in runs.values():
+            size = -(-size // _ALIGN) * _ALIGN
+            for meta, data in run:
+                meta[4] = size
+                layout.append((data, size, meta[5]))
+                size += meta[5]
+        out = self._out_region(size)
+        for data, offset, nbytes in layout:
+            out.map[offset : offset + nbytes] = _bytes_view(data)
+        return out.name
+
+    def _peer_offset(self, array: np.ndarray) -> int | None:
+        """The offset of ``array`` in the peer's region when it lies there (an input sent back): no copy."""
+        if self._in_bounds is None:
+            return None
+        start, end = self._in_bounds
+        address = array.__array_interface__["data"][0]
+        if start <= address and address + array.nbytes <= end:
+            return address - start
+        return None
+
+    def _send_rest(self, buffers: list, sent: int) -> None:
+        """Finish a partial ``sendmsg`` (the message was larger than the socket's buffer)."""
+        views = [_bytes_view(b) for b in buffers]
         while views:
-            sent = self._sock.sendmsg(views)
             while views and sent >= views[0].nbytes:
                 sent -= views[0].nbytes
                 views.pop(0)
             if sent:
                 views[0] = views[0][sent:]
+            if views:
+                sent = self._sock.sendmsg(views)
 
     def _out_region(self, needed: int) -> _Region:
         if self._out is not None and self._out.size >= needed:
@@ -173,45 +232,58 @@ class Channel:
 
     def _poll(self) -> None:
         """Wait up to SPIN_S without sleeping for the next message to arrive."""
-        deadline = time.perf_counter() + SPIN_S
-        while time.perf_counter() < deadline:
+        deadline = time.perf_counter() + self._spin_s
+        peek, clock = self._sock.recv, time.perf_counter
+        while clock() < deadline:
             try:
-                self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                peek(1, _PEEK)
                 return  # data (or the peer closed): the blocking read takes it from here
             except BlockingIOError:
                 continue
 
     def recv(self) -> tuple[str, list, list[dict[str, np.ndarray]], Any]:
         """Receive one message: ``(kind, extras, tensor dicts, note)``; numeric arrays are views, not copies."""
-        if SPIN_S and self._last_small:
+        if self._spin_s and (self._last_small or _SPIN_LARGE):
             self._poll()
-        self._recv_exact(memoryview(self._prefix))
-        header_size, inline_size = _PREFIX.unpack(self._prefix)
+        prefix = self._prefix
+        received = self._sock.recv_into(prefix)
+        if received != _PREFIX.size:
+            if received == 0:
+                raise PeerGone("the peer closed the connection")
+            self._recv_exact(memoryview(prefix)[received:])
+        header_size, inline_size = _PREFIX.unpack(prefix)
         total = header_size + inline_size
         if len(self._buffer) < total or self._inline_exported():
             self._buffer = bytearray(max(total, len(self._buffer)))
         buffer = memoryview(self._buffer)
-        self._recv_exact(buffer[:total])
+        received = self._sock.recv_into(buffer, total)
+        if received != total:
+            self._recv_exact(buffer[received:total])
         kind, extras, metas, region, note = pickle.loads(buffer[:header_size])
         self._last_small = region is None and inline_size < SHM_THRESHOLD
-        inline = buffer[header_size:total]
-        shm = self._in_region(region).map if region else None
-        groups, views = [], []
-        self._views = []
+        # Arrays are views of one uint8 array per source, and numpy makes that array the base of every view
+        # derived from them: while the one of the peer's region lives, the callable still holds data of it.
+        # (The inline one holds an export of the receive buffer, which _inline_exported sees.)
+        sources = [
+            np.frombuffer(buffer, np.uint8, inline_size, header_size) if inline_size else None,
+            np.frombuffer(self._in_region(region).map, np.uint8) if region else None,
+            None,  # PEER: this end's own region, mapped below when a tensor refers to it
+        ]
+        groups = []
         for group in metas:
             tensors = {}
-            for name, dtype, shape, in_shm, offset, nbytes in group:
-                source = shm if in_shm else inline
+            for name, dtype, shape, where, offset, nbytes in group:
+                source = sources[where]
+                if source is None and where == PEER:
+                    source = sources[PEER] = np.frombuffer(self._out.map, np.uint8)
                 if dtype == BYTES:
-                    tensors[name] = decode_bytes_array(memoryview(source)[offset : offset + nbytes], shape)
+                    tensors[name] = decode_bytes_array(source[offset : offset + nbytes] if nbytes else b"", shape)
+                elif nbytes:
+                    tensors[name] = np.ndarray(shape, _dtype(dtype), source, offset)
                 else:
-                    dt = np.dtype(dtype)
-                    array = np.frombuffer(source, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(shape)
-                    tensors[name] = array
-                    if in_shm:
-                        views.append(weakref.ref(array))
+                    tensors[name] = np.empty(shape, _dtype(dtype))
             groups.append(tensors)
-        self._views = views
+        self._shm_base = weakref.ref(sources[OWN]) if region else None
         return kind, extras, groups, note
 
     def _inline_exported(self) -> bool:
@@ -228,17 +300,19 @@ class Channel:
 
         The peer must then stop reusing that region (``retire_out_region`` on its side).
         """
-        return any(ref() is not None for ref in self._views)
+        return self._shm_base is not None and self._shm_base() is not None
 
     def _in_region(self, name: str) -> _Region:
         if self._in is None or self._in.name != name:
             self._in = _Region(name, 0, create=False)
+            start = np.frombuffer(self._in.map, np.uint8).__array_interface__["data"][0]
+            self._in_bounds = (start, start + self._in.size)
         return self._in
 
     def close(self) -> None:
         """Close the socket and remove the region this end created."""
         self.retire_out_region()
-        self._in = None
+        self._in = self._in_bounds = None
         try:
             self._sock.close()
         except OSError:

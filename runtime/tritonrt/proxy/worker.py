@@ -21,7 +21,7 @@ import numpy as np
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.models.spec import TritonModelConfig
 from tritonrt.proxy import protocol
-from tritonrt.proxy.transport import Channel, PeerGone
+from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.validation import validate_outputs
 
@@ -77,7 +77,7 @@ class CallableWorker(threading.Thread):
                     connection, _ = self._listener.accept()
                 except OSError:
                     break
-                self._channel = Channel(connection, self._region_prefix)
+                self._channel = Channel(connection, self._region_prefix, WORKER_SPIN_S)
                 try:
                     while not self._stopping.is_set():
                         self._serve(self._receive_requests())
@@ -100,34 +100,31 @@ class CallableWorker(threading.Thread):
             for (parameters, requested), inputs in zip(extras, groups, strict=True)
         ]
 
-    def _reply(self, kind: str, responses=(), note: Any = None, last: bool = False) -> None:
-        """Send responses; the ``last`` reply of a call also tells the stub whether inputs are still viewed.
+    def _reply(self, kind: str, groups: list | None = None, note: Any = None, last: bool = False) -> None:
+        """Send ``groups`` of (None, response); the list is emptied, so no response outlives the send.
 
-        The note is then ``(note, retire)``: ``retire`` asks the stub not to reuse its request region.
+        The ``last`` reply of a call also tells the stub whether the callable still holds views of the
+        request's shared memory: the note is then ``(note, retire)``, and ``retire`` asks the stub not to
+        reuse that region.
         """
-        groups = [(None, response) for response in responses]
         finish = (lambda: (note, self._channel.retained())) if last else None
         self._channel.send(kind, groups, note=note, finish=finish)
 
     def _serve(self, requests: list[Request]) -> None:
         count = len(requests)
         try:
-            result = self._call(requests)
+            result = self._callable(requests)
+            if type(result) is not list:  # anything but the common case: a plain list of responses
+                result = self._resolve(result)
             if self._config.decoupled:
                 for responses in self._iterate(result):
-                    self._reply(protocol.PARTIAL, self._check(responses, count))
-                result = requests = None
+                    self._reply(protocol.PARTIAL, self._groups(responses, count))
+                result = requests = responses = None
                 self._reply(protocol.FINAL, last=True)
             else:
-                if inspect.isgenerator(result) or inspect.isasyncgen(result):
-                    raise PyTritonValidationError(
-                        f"Model {self._config.model_name!r}: the inference callable returned a generator, but "
-                        "the model is not decoupled. Return a list of dicts, or bind with "
-                        "ModelConfig(decoupled=True) to stream responses."
-                    )
-                responses = self._check(result, count)
+                groups = self._groups(result, count)
                 result = requests = None
-                self._reply(protocol.OK, responses, last=True)
+                self._reply(protocol.OK, groups, last=True)
         except PyTritonUnrecoverableError as error:
             message = f"Unrecoverable error in model {self._config.model_name!r}: {error}"
             self._reply(protocol.ERROR, note=message, last=True)
@@ -138,10 +135,16 @@ class CallableWorker(threading.Thread):
             LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
             self._reply(protocol.ERROR, note=_describe(error), last=True)
 
-    def _call(self, requests: list[Request]) -> Any:
-        result = self._callable(requests)
+    def _resolve(self, result: Any) -> Any:
+        """Await a coroutine's result; refuse a stream from a model that is not decoupled."""
         if inspect.isawaitable(result):
             result = self._event_loop().run_until_complete(result)
+        if not self._config.decoupled and (inspect.isgenerator(result) or inspect.isasyncgen(result)):
+            raise PyTritonValidationError(
+                f"Model {self._config.model_name!r}: the inference callable returned a generator, but "
+                "the model is not decoupled. Return a list of dicts, or bind with "
+                "ModelConfig(decoupled=True) to stream responses."
+            )
         return result
 
     def _iterate(self, result: Any):
@@ -163,7 +166,8 @@ class CallableWorker(threading.Thread):
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def _check(self, responses: Any, count: int) -> list[dict[str, np.ndarray]]:
+    def _groups(self, responses: Any, count: int) -> list[tuple[None, dict[str, np.ndarray]]]:
+        """Check the callable's responses and return them as message groups."""
         name = self._config.model_name
         if isinstance(responses, dict):
             raise PyTritonValidationError(
@@ -184,8 +188,7 @@ class CallableWorker(threading.Thread):
                 )
         if self._strict:
             validate_outputs(self._config, responses)
-        responses = list(responses)
-        return responses
+        return [(None, response) for response in responses]
 
 
 def _describe(error: Exception) -> str:
