@@ -1,13 +1,17 @@
 """Framed messages between the proxy model and the callable's process: a Unix socket plus shared memory.
 
-Each message is ``<header length, inline length>`` (12 bytes), a pickled header of plain values, then the
-inline payload. Small tensors travel inline (one ``sendmsg`` of the numpy buffers, read with ``recv_into``
-a reused buffer); tensors of ``SHM_THRESHOLD`` bytes or more are copied once into the sender's shared memory
-region, which the receiver maps once and reads in place. A region is replaced only when a message does not
-fit, or when the receiver reports that it still holds views into it (see :meth:`Channel.retained`).
+A message is ``<header length, inline length>`` (12 bytes), a pickled header of plain values padded so that
+the inline payload starts 64-byte aligned, then the inline payload; one ``sendmsg`` sends it and one read
+usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline and are read in place from a reused
+receive buffer. Larger ones are copied once into the sender's shared memory region, which the receiver maps
+once and reads in place; and an array that already lies in the receiver's region (an input sent back as an
+output) goes back by reference, without a copy. The tensors of one name are laid out back to back, request
+after request, so that ``@batch`` can join them without copying. A region is replaced only when a message
+does not fit, or when the receiver reports that it still holds views into it (see :meth:`Channel.retained`).
 
-Header: ``(kind, extras, metas, region, note)``; ``metas[i]`` lists ``(name, dtype, shape, in_shm, offset,
-nbytes)`` for the tensors of group ``i``; ``extras[i]`` is group-level data (request parameters, ...).
+Header: ``(kind, extras, metas, region, note)``; ``metas[i]`` lists ``[name, dtype, shape, where, offset,
+nbytes]`` for the tensors of group ``i`` (``where``: INLINE, OWN or PEER region); ``extras[i]`` is
+group-level data (request parameters, ...).
 """
 
 from __future__ import annotations
@@ -29,12 +33,11 @@ import numpy as np
 from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array
 
 SHM_THRESHOLD = 64 << 10
-# Before blocking on a read, poll for up to this long when the last message was small: small requests are
-# latency-bound, and a reply or next request that comes within it saves a sleep and a wake-up of this process
-# (expensive on VMs). Large messages are CPU-bound, so no polling there. TRITONRT_SPIN_US=0 turns it off.
-SPIN_S = float(os.environ.get("TRITONRT_SPIN_US", "300")) / 1e6
-WORKER_SPIN_S = float(os.environ.get("TRITONRT_WORKER_SPIN_US", "0")) / 1e6
-_SPIN_LARGE = os.environ.get("TRITONRT_SPIN_LARGE") == "1"
+# Before blocking on a read, poll for up to this long when the last message was small: a message that comes
+# within it saves a sleep and a wake-up of this process. Off by default: where cores are few, a polling
+# process takes CPU that tritonserver and the client need (measured: it cost 25% of throughput at 16
+# connections on 2 cores). Worth trying where a wake-up is slow and cores are spare: TRITONRT_SPIN_US=300.
+SPIN_S = float(os.environ.get("TRITONRT_SPIN_US", "0")) / 1e6
 _PREFIX = struct.Struct("<IQ")
 INLINE, OWN, PEER = 0, 1, 2  # where a tensor's bytes are: inline, in the sender's region, in the receiver's
 _PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)  # an int: or-ing the flags each time costs an enum call
@@ -43,7 +46,7 @@ _ALIGN = 64
 _SHM_DIR = pathlib.Path("/dev/shm")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dtype(code: str) -> np.dtype:
     return np.dtype(code)
 
@@ -93,7 +96,7 @@ class Channel:
         self._in: _Region | None = None
         self._in_bounds: tuple[int, int] | None = None  # addresses of the peer's region in this process
         self._buffer = bytearray(1 << 16)
-        self._prefix = bytearray(_PREFIX.size)
+        self._carry = b""  # bytes read past the end of the last message
         self._shm_base: weakref.ref | None = None
         self._last_small = True  # was the last message sent or received small (no shared memory)?
 
@@ -163,7 +166,8 @@ class Channel:
         if finish is not None:
             note = finish()
         header = pickle.dumps((kind, extras, metas, region, note), protocol=pickle.HIGHEST_PROTOCOL)
-        header += bytes(-len(header) % _ALIGN)  # inline tensors start aligned (pickle ignores trailing bytes)
+        header += bytes(-(_PREFIX.size + len(header)) % _ALIGN)  # inline tensors start aligned (pickle ignores
+        # the bytes after its STOP)
         buffers[0] = _PREFIX.pack(len(header), inline_size) + header
         sent = self._sock.sendmsg(buffers)
         if sent != len(buffers[0]) + inline_size:
@@ -223,15 +227,14 @@ class Channel:
 
     # -- receiving -------------------------------------------------------------------------------------------
 
-    def _recv_exact(self, view: memoryview) -> None:
-        while view.nbytes:
-            received = self._sock.recv_into(view)
-            if received == 0:
-                raise PeerGone("the peer closed the connection")
-            view = view[received:]
+    def _read(self, view: memoryview) -> int:
+        received = self._sock.recv_into(view)
+        if received == 0:
+            raise PeerGone("the peer closed the connection")
+        return received
 
     def _poll(self) -> None:
-        """Wait up to SPIN_S without sleeping for the next message to arrive."""
+        """Wait up to the spin time without sleeping for the next message to arrive."""
         deadline = time.perf_counter() + self._spin_s
         peek, clock = self._sock.recv, time.perf_counter
         while clock() < deadline:
@@ -242,30 +245,42 @@ class Channel:
                 continue
 
     def recv(self) -> tuple[str, list, list[dict[str, np.ndarray]], Any]:
-        """Receive one message: ``(kind, extras, tensor dicts, note)``; numeric arrays are views, not copies."""
-        if self._spin_s and (self._last_small or _SPIN_LARGE):
-            self._poll()
-        prefix = self._prefix
-        received = self._sock.recv_into(prefix)
-        if received != _PREFIX.size:
-            if received == 0:
-                raise PeerGone("the peer closed the connection")
-            self._recv_exact(memoryview(prefix)[received:])
-        header_size, inline_size = _PREFIX.unpack(prefix)
-        total = header_size + inline_size
-        if len(self._buffer) < total or self._inline_exported():
-            self._buffer = bytearray(max(total, len(self._buffer)))
+        """Receive one message: ``(kind, extras, tensor dicts, note)``; numeric arrays are views, not copies.
+
+        One read usually takes the whole message; bytes of the next message read with it (a stream of
+        replies) are carried over to the next call.
+        """
+        if self._inline_exported():  # arrays of the last message still view the buffer: leave it to them
+            self._buffer = bytearray(len(self._buffer))
         buffer = memoryview(self._buffer)
-        received = self._sock.recv_into(buffer, total)
-        if received != total:
-            self._recv_exact(buffer[received:total])
-        kind, extras, metas, region, note = pickle.loads(buffer[:header_size])
+        have = len(self._carry)
+        if have:
+            buffer[:have] = self._carry
+            self._carry = b""
+        elif self._spin_s and self._last_small:
+            self._poll()
+        while have < _PREFIX.size:
+            have += self._read(buffer[have:])
+        header_size, inline_size = _PREFIX.unpack_from(buffer)
+        total = _PREFIX.size + header_size + inline_size
+        if total > len(buffer):
+            grown = bytearray(max(total, 2 * len(buffer)))
+            grown[:have] = buffer[:have]
+            buffer.release()
+            self._buffer = grown
+            buffer = memoryview(grown)
+        while have < total:
+            have += self._read(buffer[have:])
+        if have > total:
+            self._carry = bytes(buffer[total:have])
+        header_end = _PREFIX.size + header_size
+        kind, extras, metas, region, note = pickle.loads(buffer[_PREFIX.size : header_end])
         self._last_small = region is None and inline_size < SHM_THRESHOLD
         # Arrays are views of one uint8 array per source, and numpy makes that array the base of every view
         # derived from them: while the one of the peer's region lives, the callable still holds data of it.
         # (The inline one holds an export of the receive buffer, which _inline_exported sees.)
         sources = [
-            np.frombuffer(buffer, np.uint8, inline_size, header_size) if inline_size else None,
+            np.frombuffer(buffer, np.uint8, inline_size, header_end) if inline_size else None,
             np.frombuffer(self._in_region(region).map, np.uint8) if region else None,
             None,  # PEER: this end's own region, mapped below when a tensor refers to it
         ]

@@ -21,7 +21,7 @@ import numpy as np
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.models.spec import TritonModelConfig
 from tritonrt.proxy import protocol
-from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
+from tritonrt.proxy.transport import SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.validation import validate_outputs
 
@@ -77,10 +77,10 @@ class CallableWorker(threading.Thread):
                     connection, _ = self._listener.accept()
                 except OSError:
                     break
-                self._channel = Channel(connection, self._region_prefix, WORKER_SPIN_S)
+                self._channel = Channel(connection, self._region_prefix, SPIN_S)
                 try:
                     while not self._stopping.is_set():
-                        self._serve(self._receive_requests())
+                        self._serve_next()
                 except (PeerGone, OSError):
                     pass  # the stub went away (unload, restart or shutdown): wait for the next one
                 finally:
@@ -110,7 +110,10 @@ class CallableWorker(threading.Thread):
         finish = (lambda: (note, self._channel.retained())) if last else None
         self._channel.send(kind, groups, note=note, finish=finish)
 
-    def _serve(self, requests: list[Request]) -> None:
+    def _serve_next(self) -> None:
+        """Receive a batch, call the callable, reply. Holds the only reference to the requests: once they
+        are dropped, the stub may reuse its shared memory unless the callable kept views of it."""
+        requests = self._receive_requests()
         count = len(requests)
         try:
             result = self._callable(requests)

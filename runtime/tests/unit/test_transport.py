@@ -1,0 +1,205 @@
+"""The proxy transport between two real channels over a Unix socket pair (no tritonserver needed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from tritonrt.decorators import batch
+from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.proxy import protocol
+from tritonrt.proxy.transport import SHM_THRESHOLD, Channel, PeerGone
+from tritonrt.proxy.worker import CallableWorker
+
+LARGE = SHM_THRESHOLD // 4  # float32 elements: one tensor of exactly the shared-memory threshold
+
+
+@pytest.fixture
+def pair():
+    """(stub end, worker end): both may create shared memory, as in tritonrt."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    prefix = f"tritonrt_test_{uuid.uuid4().hex[:8]}_"
+    stub, worker = Channel(a, prefix + "stub_"), Channel(b, prefix + "worker_")
+    yield stub, worker
+    stub.close()
+    worker.close()
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+
+
+def round_trip(stub: Channel, worker: Channel, requests: list[dict], callable_) -> tuple[list[dict], bool]:
+    """Send requests like the proxy model, answer them with ``callable_`` like the worker; (outputs, retire)."""
+    stub.send(protocol.INFER, [((None, None), tensors) for tensors in requests])
+    _, _, inputs, _ = worker.recv()
+    groups = [(None, response) for response in callable_(inputs)]
+    inputs = None
+    worker.send(protocol.OK, groups, finish=lambda: (None, worker.retained()))
+    kind, _, outputs, (_, retire) = stub.recv()
+    assert kind == protocol.OK
+    return outputs, retire
+
+
+def test_small_and_large_tensors_of_every_kind_arrive_intact(pair):
+    stub, worker = pair
+    tensors = {
+        "small": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "large": np.random.default_rng(0).random((1, LARGE), dtype=np.float32),
+        "strided": np.arange(40, dtype=np.float64).reshape(4, 10)[:, ::3],
+        "scalar": np.array(7.5),
+        "empty": np.zeros((0, 4), dtype=np.uint8),
+        "flags": np.array([[True, False]]),
+        "text": np.array([["é", "b"]], dtype=object),
+        "blob": np.array([b"\x00\x01", b""], dtype=np.bytes_),
+    }
+    outputs, _ = round_trip(stub, worker, [tensors], lambda requests: [dict(r) for r in requests])
+    for name, sent in tensors.items():
+        got = outputs[0][name]
+        assert got.shape == sent.shape, name
+        if sent.dtype.kind in "OSU":
+            assert got.ravel().tolist() == [v.encode() if isinstance(v, str) else bytes(v) for v in sent.ravel()]
+        else:
+            assert got.dtype == sent.dtype and np.array_equal(got, sent), name
+
+
+def test_a_batch_of_large_inputs_is_joined_without_a_copy(pair):
+    stub, worker = pair
+    requests = [{"x": np.full((1, LARGE), i, dtype=np.float32), "y": np.full((1, 3), i)} for i in range(4)]
+    seen = {}
+
+    @batch
+    def infer(x, y):
+        seen["x_owns_data"] = x.flags.owndata or x.base is None
+        seen["y_rows"] = y.shape[0]
+        return {"out": x * 2}
+
+    outputs, _ = round_trip(stub, worker, requests, infer)
+    assert seen == {"x_owns_data": False, "y_rows": 4}  # x is a view of the message, y was concatenated
+    assert [float(o["out"][0, 0]) for o in outputs] == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_an_input_returned_as_output_comes_back_by_reference(pair):
+    stub, worker = pair
+    x = np.random.default_rng(1).random((3, LARGE), dtype=np.float32)
+    outputs, retire = round_trip(
+        stub, worker, [{"x": x}], lambda requests: [{"same": r["x"], "part": r["x"][1:]} for r in requests]
+    )
+    assert np.array_equal(outputs[0]["same"], x) and np.array_equal(outputs[0]["part"], x[1:])
+    assert not retire
+    # The reply carried references into the stub's own request region: nothing was copied into the worker's.
+    assert worker._out is None
+
+
+@pytest.mark.parametrize("keep", ["array", "derived view", "nothing"])
+def test_inputs_kept_by_the_callable_retire_the_region(pair, keep):
+    stub, worker = pair
+    kept = []
+
+    def infer(requests):
+        x = requests[0]["x"]
+        if keep == "array":
+            kept.append(x)
+        elif keep == "derived view":
+            kept.append(x.reshape(-1)[10:20].T)
+        return [{"n": np.array([x.size])}]
+
+    first = np.full((1, LARGE), 1.0, dtype=np.float32)
+    _, retire = round_trip(stub, worker, [{"x": first}], infer)
+    assert retire is (keep != "nothing")
+    if retire:
+        stub.retire_out_region()
+    round_trip(stub, worker, [{"x": np.full((1, LARGE), 2.0, dtype=np.float32)}], infer)
+    for array in kept[:1]:
+        assert set(np.unique(array).tolist()) == {1.0}  # not overwritten by the second request
+
+
+def test_small_inputs_kept_by_the_callable_are_not_overwritten(pair):
+    stub, worker = pair
+    kept = []
+
+    def infer(requests):
+        kept.append(requests[0]["x"])
+        return [{"n": np.array([1])}]
+
+    for fill in range(3):
+        round_trip(stub, worker, [{"x": np.full(4, fill)}], infer)
+    assert [array.tolist() for array in kept] == [[0] * 4, [1] * 4, [2] * 4]
+
+
+def test_a_message_larger_than_the_socket_buffer_is_sent_whole(pair):
+    stub, worker = pair
+    stub._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    parts = {f"t{i}": np.full(SHM_THRESHOLD // 8 - 1, i, dtype=np.int64) for i in range(6)}  # inline, 384 KiB
+    received = {}
+    reader = threading.Thread(target=lambda: received.update(worker.recv()[2][0]))
+    reader.start()
+    stub.send(protocol.INFER, [((None, None), parts)])
+    reader.join(10)
+    assert sorted(received) == sorted(parts)
+    assert all(np.array_equal(received[name], value) for name, value in parts.items())
+
+
+def test_several_messages_in_flight_arrive_in_order(pair):
+    stub, worker = pair
+    for index in range(5):
+        worker.send(protocol.PARTIAL, [(None, {"i": np.array([index])})])
+    worker.send(protocol.FINAL)
+    received = []
+    while True:
+        kind, _, groups, _ = stub.recv()
+        if kind == protocol.FINAL:
+            break
+        received.append(int(groups[0]["i"][0]))
+    assert received == [0, 1, 2, 3, 4]
+
+
+def test_a_closed_peer_is_reported(pair):
+    stub, worker = pair
+    worker.close()
+    with pytest.raises(PeerGone):
+        stub.recv()
+
+
+@pytest.mark.parametrize("keeps_input", [False, True])
+def test_the_worker_asks_to_retire_the_region_only_when_the_callable_keeps_inputs(tmp_path, keeps_input):
+    kept = []
+
+    @batch
+    def infer(x):
+        if keeps_input:
+            kept.append(x[:, :8])
+        return {"y": x}
+
+    config = TritonModelConfig(
+        model_name="m",
+        max_batch_size=8,
+        inputs=[TensorSpec(name="x", dtype=np.float32, shape=(-1,))],
+        outputs=[TensorSpec(name="y", dtype=np.float32, shape=(-1,))],
+    )
+    prefix = f"tritonrt_test_{uuid.uuid4().hex[:8]}_"
+    worker = CallableWorker(
+        infer, tmp_path / "w.sock", config, strict=True, region_prefix=prefix + "w_", on_unrecoverable=print
+    )
+    worker.start()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(tmp_path / "w.sock"))
+    stub = Channel(sock, prefix + "stub_")
+    try:
+        retire_flags = []
+        for fill in range(3):
+            stub.send(protocol.INFER, [((None, None), {"x": np.full((1, LARGE), fill, dtype=np.float32)})])
+            kind, _, outputs, (_, retire) = stub.recv()
+            assert kind == protocol.OK and float(outputs[0]["y"][0, 0]) == fill
+            retire_flags.append(retire)
+            if retire:
+                stub.retire_out_region()
+        assert retire_flags == [keeps_input] * 3
+        assert [float(array[0, 0]) for array in kept] == ([0.0, 1.0, 2.0] if keeps_input else [])
+    finally:
+        stub.close()
+        worker.stop()
+        worker.join(10)
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
