@@ -166,8 +166,8 @@ class Channel:
         if finish is not None:
             note = finish()
         header = pickle.dumps((kind, extras, metas, region, note), protocol=pickle.HIGHEST_PROTOCOL)
-        header += bytes(-(_PREFIX.size + len(header)) % _ALIGN)  # inline tensors start aligned (pickle ignores
-        # the bytes after its STOP)
+        # Pad so that the inline tensors start aligned; pickle ignores the bytes after its end.
+        header += bytes(-(_PREFIX.size + len(header)) % _ALIGN)
         buffers[0] = _PREFIX.pack(len(header), inline_size) + header
         sent = self._sock.sendmsg(buffers)
         if sent != len(buffers[0]) + inline_size:
