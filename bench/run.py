@@ -1,6 +1,6 @@
 """Benchmark the proxy: plain Python-backend identity vs tritonrt vs PyTriton, one tritonserver build.
 
-    python bench/run.py [--duration 5] [--rounds 2] [--no-pytriton]
+    python bench/run.py [--duration 5] [--rounds 3] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
 with a gRPC driver, interleaving the servers round by round, and prints req/s, p50, p99 and the ratios to the

@@ -58,9 +58,18 @@ def check_stub(server_dir: pathlib.Path) -> None:
         )
 
 
+# The Python backend stub copies each input tensor into a new numpy array on its heap. With glibc's dynamic
+# thresholds, a batch of large tensors grows the heap and freeing it trims the heap again, so every batch
+# faults in fresh pages (measured: 1 MiB tensors at 16 connections, 0.73 -> 0.90 of a plain model's
+# throughput with these set). Large blocks stay on the heap, and up to 256 MiB of free heap is kept for
+# reuse. Set either variable yourself to override.
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
 def server_environment(server_dir: pathlib.Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for tritonserver: libpython dir, then the server's lib/, then what was there."""
-    env = dict(os.environ if base is None else base)
+    """Environment for tritonserver: libpython dir, then the server's lib/, then what was there; and
+    glibc malloc settings for the stubs (see MALLOC_SETTINGS) unless already set."""
+    env = {**MALLOC_SETTINGS, **(os.environ if base is None else base)}
     paths = [str(python_library_dir()), str(server_dir / "lib")]
     if env.get("LD_LIBRARY_PATH"):
         paths.append(env["LD_LIBRARY_PATH"])
