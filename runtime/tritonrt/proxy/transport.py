@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array
+from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array, is_bytes_dtype
 
 SHM_THRESHOLD = 64 << 10
 # Before blocking on a read, poll for up to this long when the last message was small: a message that comes
@@ -124,7 +124,7 @@ class Channel:
             group = []
             for name, value in tensors.items():
                 array = value if type(value) is np.ndarray else np.asarray(value)
-                if array.dtype.kind in "OSU":
+                if is_bytes_dtype(array.dtype):
                     data = encode_bytes_array(array)
                     dtype, nbytes = BYTES, len(data)
                 else:
