@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -203,3 +204,66 @@ def test_the_worker_asks_to_retire_the_region_only_when_the_callable_keeps_input
         worker.stop()
         worker.join(10)
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+
+
+def _voluntary_switches(native_id: int) -> int:
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc to count context switches")
+def test_a_waiting_end_is_not_woken_when_the_peer_reads_what_it_sent(pair):
+    """A plain blocking recv would be woken (and sleep again) when the peer consumes its request."""
+    stub, worker = pair
+    waiting, done, replies = threading.Event(), threading.Event(), []
+    native_id = []
+
+    def call():
+        native_id.append(threading.get_native_id())
+        stub.send(protocol.INFER, [((None, None), {"x": np.ones(4, np.float32)})])
+        waiting.set()
+        replies.append(stub.recv())
+        done.set()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    waiting.wait(5)
+    time.sleep(0.05)  # the stub's thread is now asleep in its read
+    before = _voluntary_switches(native_id[0])
+    _, _, inputs, _ = worker.recv()  # consumes the request: the write-space wake-up of the stub's socket
+    time.sleep(0.05)
+    assert _voluntary_switches(native_id[0]) == before
+    assert not done.is_set()
+    worker.send(protocol.OK, [(None, {"y": inputs[0]["x"] * 2})])
+    thread.join(5)
+    np.testing.assert_array_equal(replies[0][2][0]["y"], np.full(4, 2, np.float32))
+
+
+def test_polling_stops_for_a_slow_peer_and_resumes_when_it_is_fast_again():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stub, worker = Channel(a, None, spin_s=0.001), Channel(b, None)
+    try:
+
+        def call(delay: float) -> None:
+            stub.send(protocol.INFER, [((None, None), {"x": np.zeros(1)})])
+            worker.recv()
+            timer = threading.Timer(delay, worker.send, (protocol.OK, [(None, {"y": np.zeros(1)})]))
+            timer.start()
+            stub.recv()
+            timer.join()
+
+        for _ in range(8):
+            call(0.01)  # ten times the spin time: the polls miss
+        assert stub._catch_rate < 0.5
+        for _ in range(8):
+            call(0.0)
+        assert stub._catch_rate < 0.5  # not yet re-checked: these waits did not poll
+        for _ in range(4 * 64):
+            call(0.0)
+        assert stub._catch_rate > 0.5  # the one check in 64 caught fast replies and polling resumed
+    finally:
+        stub.close()
+        worker.close()

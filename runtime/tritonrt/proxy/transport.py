@@ -21,6 +21,7 @@ import mmap
 import os
 import pathlib
 import pickle
+import select
 import socket
 import struct
 import time
@@ -33,14 +34,18 @@ import numpy as np
 from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array, is_bytes_dtype
 
 SHM_THRESHOLD = 64 << 10
-# Before blocking on a read, poll for up to this long when the last message was small: a message that comes
-# within it saves a sleep and a wake-up of this process. Off by default: where cores are few, a polling
-# process takes CPU that tritonserver and the client need (measured: it cost 25% of throughput at 16
-# connections on 2 cores). Worth trying where a wake-up is slow and cores are spare: TRITONRT_SPIN_US=300.
-SPIN_S = float(os.environ.get("TRITONRT_SPIN_US", "0")) / 1e6
+# The proxy model polls for up to this long for a reply before it sleeps, while its recent polls caught their
+# reply. A reply caught so spares both sides a wake-up, which on a VM costs tens of microseconds (an IPI
+# and an idle vCPU to rouse). A model slower than this is never polled for, except in one wait in 64, which
+# notices when it gets fast again. The worker does not poll: its wait (the client's round trip) is long, and
+# a polling worker costs the CPU that tritonserver and the clients need (-25% at 16 connections on 2 cores).
+# TRITONRT_SPIN_US=0 turns polling off.
+SPIN_S = float(os.environ.get("TRITONRT_SPIN_US", "200")) / 1e6
+_CHECK_EVERY = 64
 _PREFIX = struct.Struct("<IQ")
 INLINE, OWN, PEER = 0, 1, 2  # where a tensor's bytes are: inline, in the sender's region, in the receiver's
 _PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)  # an int: or-ing the flags each time costs an enum call
+_DONTWAIT = int(socket.MSG_DONTWAIT)
 _NEVER = 1 << 62
 _ALIGN = 64
 _SHM_DIR = pathlib.Path("/dev/shm")
@@ -84,12 +89,15 @@ class _Region:
 class Channel:
     """One end of a connected AF_UNIX stream socket.
 
-    ``region_prefix`` names the shared memory this end creates for what it sends (None: inline only).
+    ``region_prefix`` names the shared memory this end creates for what it sends (None: inline only);
+    ``spin_s`` is how long :meth:`recv` may poll before it sleeps (see ``SPIN_S``).
     """
 
     def __init__(self, sock: socket.socket, region_prefix: str | None, spin_s: float = 0.0):
         self._spin_s = spin_s
         self._sock = sock
+        self._readable = select.poll()
+        self._readable.register(sock, select.POLLIN)
         self._region_prefix = region_prefix
         self._generation = 0
         self._out: _Region | None = None
@@ -98,7 +106,8 @@ class Channel:
         self._buffer = bytearray(1 << 16)
         self._carry = b""  # bytes read past the end of the last message
         self._shm_base: weakref.ref | None = None
-        self._last_small = True  # was the last message sent or received small (no shared memory)?
+        self._waits = 0
+        self._catch_rate = 1.0  # recent share of polls that caught their message
 
     # -- sending ---------------------------------------------------------------------------------------------
 
@@ -117,7 +126,6 @@ class Channel:
         extras, metas = [], []
         inline_runs: dict[str, list] = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
         shm_runs: dict[str, list] = {}
-        large = False
         threshold = SHM_THRESHOLD if self._region_prefix is not None else _NEVER
         for extra, tensors in groups or ():
             extras.append(extra)
@@ -134,7 +142,6 @@ class Channel:
                 meta = [name, dtype, array.shape, INLINE, 0, nbytes]
                 group.append(meta)
                 if nbytes >= threshold:
-                    large = True
                     offset = self._peer_offset(array) if dtype != BYTES else None
                     if offset is None:
                         meta[3] = OWN
@@ -158,7 +165,6 @@ class Channel:
         region = None
         if shm_runs:
             region = self._copy_to_region(shm_runs)
-        self._last_small = not large and inline_size < SHM_THRESHOLD
         inline_runs = shm_runs = None
         if groups:
             groups.clear()
@@ -228,21 +234,39 @@ class Channel:
     # -- receiving -------------------------------------------------------------------------------------------
 
     def _read(self, view: memoryview) -> int:
-        received = self._sock.recv_into(view)
+        # Sleep in poll(POLLIN), not in a blocking recv. A blocking recv on an AF_UNIX stream socket is woken
+        # whenever the peer reads what this end sent (the write-space wake-up, filtered by poll but not by
+        # recv): one futile wake-up of each side per round trip.
+        while True:
+            try:
+                received = self._sock.recv_into(view, 0, _DONTWAIT)
+                break
+            except BlockingIOError:
+                self._readable.poll()
         if received == 0:
             raise PeerGone("the peer closed the connection")
         return received
 
     def _poll(self) -> None:
-        """Wait up to the spin time without sleeping for the next message to arrive."""
+        """Wait up to the spin time, without sleeping, for the next message, if recent polls caught theirs.
+
+        The loop yields the CPU at each turn, so a thread that is ready to run on this CPU (the peer, say) is
+        not held up by it.
+        """
+        self._waits += 1
+        if self._catch_rate < 0.5 and self._waits % _CHECK_EVERY:
+            return
         deadline = time.perf_counter() + self._spin_s
-        peek, clock = self._sock.recv, time.perf_counter
+        peek, clock, yield_cpu = self._sock.recv, time.perf_counter, os.sched_yield
+        caught = 0.0
         while clock() < deadline:
             try:
                 peek(1, _PEEK)
-                return  # data (or the peer closed): the blocking read takes it from here
+                caught = 1.0  # data (or the peer closed): the blocking read takes it from here
+                break
             except BlockingIOError:
-                continue
+                yield_cpu()
+        self._catch_rate += (caught - self._catch_rate) * 0.125
 
     def recv(self) -> tuple[str, list, list[dict[str, np.ndarray]], Any]:
         """Receive one message: ``(kind, extras, tensor dicts, note)``; numeric arrays are views, not copies.
@@ -257,7 +281,7 @@ class Channel:
         if have:
             buffer[:have] = self._carry
             self._carry = b""
-        elif self._spin_s and self._last_small:
+        elif self._spin_s:
             self._poll()
         while have < _PREFIX.size:
             have += self._read(buffer[have:])
@@ -275,7 +299,6 @@ class Channel:
             self._carry = bytes(buffer[total:have])
         header_end = _PREFIX.size + header_size
         kind, extras, metas, region, note = pickle.loads(buffer[_PREFIX.size : header_end])
-        self._last_small = region is None and inline_size < SHM_THRESHOLD
         # Arrays are views of one uint8 array per source, and numpy makes that array the base of every view
         # derived from them: while the one of the peer's region lives, the callable still holds data of it.
         # (The inline one holds an export of the receive buffer, which _inline_exported sees.)
