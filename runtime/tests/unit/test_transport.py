@@ -13,7 +13,7 @@ import pytest
 
 from tritonrt.decorators import batch
 from tritonrt.models.spec import TensorSpec, TritonModelConfig
-from tritonrt.proxy import protocol
+from tritonrt.proxy import protocol, transport
 from tritonrt.proxy.transport import SHM_THRESHOLD, Channel, PeerGone
 from tritonrt.proxy.worker import CallableWorker
 
@@ -267,3 +267,14 @@ def test_polling_stops_for_a_slow_peer_and_resumes_when_it_is_fast_again():
     finally:
         stub.close()
         worker.close()
+
+
+def test_polling_limits_are_read_in_microseconds_and_bad_values_are_named(monkeypatch):
+    monkeypatch.setenv("TRITONRT_SPIN_US", "250")
+    assert transport._seconds_from_us("TRITONRT_SPIN_US", "200") == pytest.approx(250e-6)
+    monkeypatch.delenv("TRITONRT_SPIN_US")
+    assert transport._seconds_from_us("TRITONRT_SPIN_US", "200") == pytest.approx(200e-6)
+    for bad in ("fast", "-5", "nan"):
+        monkeypatch.setenv("TRITONRT_WORKER_SPIN_US", bad)
+        with pytest.raises(ValueError, match=f"TRITONRT_WORKER_SPIN_US='{bad}'.*microseconds >= 0"):
+            transport._seconds_from_us("TRITONRT_WORKER_SPIN_US", "0")

@@ -21,7 +21,7 @@ import numpy as np
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.models.spec import TritonModelConfig
 from tritonrt.proxy import protocol
-from tritonrt.proxy.transport import Channel, PeerGone
+from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.validation import validate_outputs
 
@@ -77,7 +77,7 @@ class CallableWorker(threading.Thread):
                     connection, _ = self._listener.accept()
                 except OSError:
                     break
-                self._channel = Channel(connection, self._region_prefix)
+                self._channel = Channel(connection, self._region_prefix, WORKER_SPIN_S)
                 try:
                     while not self._stopping.is_set():
                         self._serve_next()
