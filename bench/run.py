@@ -1,6 +1,6 @@
 """Benchmark the proxy: plain Python-backend identity vs tritonrt vs PyTriton, one tritonserver build.
 
-    python bench/run.py [--duration 5] [--rounds 3] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
+    python bench/run.py [--duration 3] [--rounds 5] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
 with a gRPC driver, interleaving the servers round by round, and prints req/s, p50, p99 and the ratios to the
@@ -181,8 +181,8 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
@@ -227,10 +227,17 @@ def main() -> int:
     return 0
 
 
+def _paired_ratio(runs: list[dict], plain_runs: list[dict]) -> str:
+    """The median over rounds of req/s relative to plain in the same round, and the range: the servers of
+    one round run back to back, so a round's ratio is not moved by the host getting slower between rounds."""
+    ratios = sorted(run["rps"] / plain["rps"] for run, plain in zip(runs, plain_runs, strict=True))
+    return f"{statistics.median(ratios):5.2f} [{ratios[0]:.2f}-{ratios[-1]:.2f}]".rjust(24)
+
+
 def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> None:
     print()
     header = f"{'proto':5} {'case':7} {'conns':>5} | " + " | ".join(f"{n:>26}" for n in names)
-    header += " | " + " | ".join(f"{n + '/plain':>14}" for n in names if n != "plain")
+    header += " | " + " | ".join(f"{n + '/plain [range]':>24}" for n in names if n != "plain")
     print(header)
     print(" " * 22 + "| " + " | ".join(f"{'req/s   p50 ms   p99 ms':>26}" for _ in names))
     print("-" * len(header))
@@ -244,7 +251,11 @@ def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> N
             p99 = statistics.median(r["p99"] for r in runs)
             medians[name] = (rps, p50)
             cells.append(f"{rps:9.0f} {p50:8.3f} {p99:8.3f}")
-        ratios = [f"{medians[n][0] / medians['plain'][0]:14.2f}" for n in names if n != "plain"]
+        ratios = [
+            _paired_ratio(results[(protocol, label, connections, n)], results[(protocol, label, connections, "plain")])
+            for n in names
+            if n != "plain"
+        ]
         print(
             f"{protocol:5} {label:7} {connections:>5} | "
             + " | ".join(f"{c:>26}" for c in cells)
