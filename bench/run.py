@@ -243,13 +243,12 @@ def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> N
     print("-" * len(header))
     keys = sorted({k[:3] for k in results}, key=lambda k: (k[0] != "http", k[1] != "64 B", k[2]))
     for protocol, label, connections in keys:
-        cells, medians = [], {}
+        cells = []
         for name in names:
             runs = results[(protocol, label, connections, name)]
             rps = statistics.median(r["rps"] for r in runs)
             p50 = statistics.median(r["p50"] for r in runs)
             p99 = statistics.median(r["p99"] for r in runs)
-            medians[name] = (rps, p50)
             cells.append(f"{rps:9.0f} {p50:8.3f} {p99:8.3f}")
         ratios = [
             _paired_ratio(results[(protocol, label, connections, n)], results[(protocol, label, connections, "plain")])
