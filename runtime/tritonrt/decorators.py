@@ -30,6 +30,7 @@ import numpy as np
 import wrapt
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
+from tritonrt.memory import data_address
 from tritonrt.models.spec import TritonModelConfig
 from tritonrt.proxy.types import ModelConfigDict, TritonContext
 
@@ -277,12 +278,14 @@ def _array_inputs(kwargs: dict, decorator: str, args: tuple = ()) -> dict[str, n
     return inputs
 
 
-def _batch_size(inputs: Mapping[str, np.ndarray], where: str) -> int:
-    """The common first-axis size of the inputs; all inputs must agree."""
+def _batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:
+    """The common first-axis size of the inputs; all inputs must agree. ``where`` names them in errors
+    (an int: the index of their request)."""
     size = None
     for name, value in inputs.items():
         shape = value.shape if type(value) is np.ndarray else np.shape(value)
         if not shape:
+            where = f"request {where}" if type(where) is int else where
             raise PyTritonValidationError(
                 f"Input {name!r} of {where} has no batch axis (0-dimensional). Batching decorators need "
                 "inputs whose first axis is the batch: bind the model with batching (max_batch_size > 0)."
@@ -290,6 +293,7 @@ def _batch_size(inputs: Mapping[str, np.ndarray], where: str) -> int:
         if size is None:
             size = shape[0]
         elif shape[0] != size:
+            where = f"request {where}" if type(where) is int else where
             listed = ", ".join(f"{key} has {np.shape(array)[0]}" for key, array in inputs.items())
             raise PyTritonValidationError(
                 f"Inputs of {where} have different batch sizes ({listed} rows); every input of a request "
@@ -326,11 +330,14 @@ def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
     first = arrays[0]
     if type(first) is not np.ndarray or first.nbytes * len(arrays) < _JOIN_MIN_BYTES:
         return None
-    base = first.base
-    if type(base) is not np.ndarray or base.ndim != 1 or not base.flags.c_contiguous:
+    base = first.base  # tritonrt's transport: a uint8 array over shared memory, or its receive buffer
+    if type(base) is np.ndarray:
+        if base.ndim != 1 or not base.flags.c_contiguous:
+            return None
+    elif type(base) is not bytearray:
         return None
     dtype, trailing = first.dtype, first.shape[1:]
-    start = address = first.__array_interface__["data"][0]
+    start = address = data_address(first)
     rows = 0
     for array in arrays:
         if (
@@ -339,27 +346,29 @@ def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
             or array.dtype != dtype
             or array.shape[1:] != trailing
             or not array.flags.c_contiguous
-            or array.__array_interface__["data"][0] != address
+            or data_address(array) != address
         ):
             return None
         address += array.nbytes
         rows += array.shape[0]
-    offset = start - base.__array_interface__["data"][0]
+    offset = start - data_address(base)
     return np.ndarray((rows, *trailing), dtype, base, offset)
 
 
 def _split_batch(outputs: dict[str, Any], sizes: list[int]) -> list[InferenceResult]:
     """Cut batched outputs into one response per request, by the requests' batch sizes."""
-    total = sum(sizes)
+    total = sizes[0] if len(sizes) == 1 else sum(sizes)
     exact = True  # every output has exactly ``total`` rows
     for name, value in outputs.items():
-        if type(value) is not np.ndarray or not value.ndim or value.shape[0] < total:
+        shape = value.shape if type(value) is np.ndarray else None
+        if not shape or shape[0] < total:
             got = f"shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
             raise PyTritonValidationError(
                 f"Output {name!r} must be a numpy array with at least {total} rows (one per input row of the "
                 f"batch), got {got}. Return one row per input row."
             )
-        exact = exact and value.shape[0] == total
+        if shape[0] != total:
+            exact = False
     if exact and len(sizes) == 1:
         return [outputs]
     responses, start = [], 0
@@ -389,19 +398,20 @@ def batch(wrapped, instance, args, kwargs):
             return {"label": model(image)}
     """
     requests, rest = _requests_arg(args, kwargs, "@batch")
-    all_inputs = [_request_inputs(request) for request in requests]
-    names = all_inputs[0].keys()
-    for index, inputs in enumerate(all_inputs[1:], start=1):
-        if inputs.keys() != names:
-            raise PyTritonValidationError(
-                f"Cannot batch requests with different inputs: request 0 has {sorted(names)}, request "
-                f"{index} has {sorted(inputs)}. Put @group_by_keys above @batch, or give defaults "
-                "for the optional inputs with @fill_optionals."
-            )
-    sizes = [_batch_size(inputs, f"request {index}") for index, inputs in enumerate(all_inputs)]
-    if len(all_inputs) == 1:  # one request: its arrays already are the batch (no copy)
-        batched = dict(all_inputs[0])
+    if len(requests) == 1:  # one request: its arrays already are the batch (no copy)
+        batched = dict(_request_inputs(requests[0]))
+        sizes = [_batch_size(batched, 0)]
     else:
+        all_inputs = [_request_inputs(request) for request in requests]
+        names = all_inputs[0].keys()
+        for index, inputs in enumerate(all_inputs):
+            if inputs.keys() != names:
+                raise PyTritonValidationError(
+                    f"Cannot batch requests with different inputs: request 0 has {sorted(names)}, request "
+                    f"{index} has {sorted(inputs)}. Put @group_by_keys above @batch, or give defaults "
+                    "for the optional inputs with @fill_optionals."
+                )
+        sizes = [_batch_size(inputs, index) for index, inputs in enumerate(all_inputs)]
         batched = {name: _concatenate(name, [inputs[name] for inputs in all_inputs]) for name in names}
     result = wrapped(*rest, **{**kwargs, **batched}) if kwargs else wrapped(*rest, **batched)
     if type(result) is dict:  # the common case: no awaitable or stream to merge
@@ -678,7 +688,7 @@ def fill_optionals(**defaults):
             missing = [name for name in defaults if name not in request]
             if not missing:
                 continue
-            size = _batch_size(request, f"request {index}") if model_config.batching else None
+            size = _batch_size(request, index) if model_config.batching else None
             for name in missing:
                 default = defaults[name]
                 request[name] = default.copy() if size is None else np.repeat(default[np.newaxis], size, axis=0)

@@ -38,7 +38,7 @@ def round_trip(stub: Channel, worker: Channel, requests: list[dict], callable_) 
     _, _, inputs, _ = worker.recv()
     groups = [(None, response) for response in callable_(inputs)]
     inputs = None
-    worker.send(protocol.OK, groups, finish=lambda: (None, worker.retained()))
+    worker.send(protocol.OK, groups, report_retained=True)
     kind, _, outputs, (_, retire) = stub.recv()
     assert kind == protocol.OK
     return outputs, retire
@@ -80,6 +80,22 @@ def test_a_batch_of_large_inputs_is_joined_without_a_copy(pair):
     outputs, _ = round_trip(stub, worker, requests, infer)
     assert seen == {"x_owns_data": False, "y_rows": 4}  # x is a view of the message, y was concatenated
     assert [float(o["out"][0, 0]) for o in outputs] == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_batch_of_inline_inputs_is_joined_without_a_copy(pair):
+    stub, worker = pair
+    rows = SHM_THRESHOLD // 16  # float32 elements: a quarter of the threshold, so each tensor travels inline
+    requests = [{"x": np.full((1, rows), i, dtype=np.float32)} for i in range(4)]
+    seen = {}
+
+    @batch
+    def infer(x):
+        seen["x_owns_data"] = x.flags.owndata or x.base is None
+        return {"out": x[:, :2] + 1}
+
+    outputs, _ = round_trip(stub, worker, requests, infer)
+    assert seen == {"x_owns_data": False}  # one view of the receive buffer spans the four requests
+    assert [o["out"].tolist() for o in outputs] == [[[1.0, 1.0]], [[2.0, 2.0]], [[3.0, 3.0]], [[4.0, 4.0]]]
 
 
 def test_an_input_returned_as_output_comes_back_by_reference(pair):

@@ -58,17 +58,20 @@ class TritonPythonModel:
         return int(suffix)
 
     def execute(self, requests):
-        groups, held = [], []  # the pb tensors own the memory their numpy views point into
+        groups = []
         for request in requests:
-            tensors = request.inputs()
-            held.append(tensors)
+            # as_numpy() arrays own their data (the stub copies each input out of Triton's shared memory) or
+            # keep the tensor that does alive: nothing else needs holding while they are sent.
+            inputs = {}
+            for tensor in request.inputs():
+                inputs[tensor.name()] = tensor.as_numpy()
             parameters = request.parameters()
             requested = request.requested_output_names()
             extra = (
                 json.loads(parameters) if parameters and parameters != "{}" else None,
                 sorted(requested) if requested else None,
             )
-            groups.append((extra, {tensor.name(): tensor.as_numpy() for tensor in tensors}))
+            groups.append((extra, inputs))
         try:
             self._channel.send(protocol.INFER, groups)
             if self._decoupled:

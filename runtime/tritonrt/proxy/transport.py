@@ -1,8 +1,8 @@
 """Framed messages between the proxy model and the callable's process: a Unix socket plus shared memory.
 
-A message is ``<header length, inline length>`` (12 bytes), a pickled header of plain values padded so that
-the inline payload starts 64-byte aligned, then the inline payload; one ``sendmsg`` sends it and one read
-usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline and are read in place from a reused
+A message is ``<inline length, header length>`` (16 bytes), the inline payload, then a pickled header of
+plain values (so that the payload starts aligned without padding the header); one ``sendmsg`` sends it and
+one read usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline and are read in place from a reused
 receive buffer. Larger ones are copied once into the sender's shared memory region, which the receiver maps
 once and reads in place; and an array that already lies in the receiver's region (an input sent back as an
 output) goes back by reference, without a copy. The tensors of one name are laid out back to back, request
@@ -24,13 +24,14 @@ import pickle
 import select
 import socket
 import struct
+import sys
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from tritonrt.memory import data_address
 from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array, is_bytes_dtype
 
 SHM_THRESHOLD = 64 << 10
@@ -57,18 +58,27 @@ SPIN_S = _seconds_from_us("TRITONRT_SPIN_US", "200")
 # come in: on 2 cores it raised 64 B x1 throughput by half and cost 14% at 16 connections.
 WORKER_SPIN_S = _seconds_from_us("TRITONRT_WORKER_SPIN_US", "0")
 _CHECK_EVERY = 64
-_PREFIX = struct.Struct("<IQ")
+_PREFIX = struct.Struct("<QQ")  # 16 bytes: the inline payload after it starts aligned
 INLINE, OWN, PEER = 0, 1, 2  # where a tensor's bytes are: inline, in the sender's region, in the receiver's
 _PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)  # an int: or-ing the flags each time costs an enum call
 _DONTWAIT = int(socket.MSG_DONTWAIT)
 _NEVER = 1 << 62
 _ALIGN = 64
+_PADDING = [bytes(size) for size in range(_ALIGN)]
 _SHM_DIR = pathlib.Path("/dev/shm")
 
 
 @functools.cache
 def _dtype(code: str) -> np.dtype:
     return np.dtype(code)
+
+
+_CODES: dict[np.dtype, str] = {}  # dtype -> its code on the wire; reading dtype.str builds a new string each time
+
+
+def _code(dtype: np.dtype) -> str:
+    code = _CODES[dtype] = BYTES if is_bytes_dtype(dtype) else dtype.str
+    return code
 
 
 def _bytes_view(data) -> memoryview:
@@ -110,17 +120,21 @@ class Channel:
 
     def __init__(self, sock: socket.socket, region_prefix: str | None, spin_s: float = 0.0):
         self._spin_s = spin_s
+        self._ready = False  # the last poll saw the next message arrive: read it without waiting
         self._sock = sock
         self._readable = select.poll()
         self._readable.register(sock, select.POLLIN)
         self._region_prefix = region_prefix
+        self._threshold = SHM_THRESHOLD if region_prefix is not None else _NEVER
         self._generation = 0
         self._out: _Region | None = None
+        self._out_base: np.ndarray | None = None  # the outgoing region as uint8, the base of views into it
         self._in: _Region | None = None
+        self._in_base: np.ndarray | None = None  # the same for the peer's region
         self._in_bounds: tuple[int, int] | None = None  # addresses of the peer's region in this process
         self._buffer = bytearray(1 << 16)
         self._carry = b""  # bytes read past the end of the last message
-        self._shm_base: weakref.ref | None = None
+        self._last_used_region = False  # the last message received had tensors in the peer's region
         self._waits = 0
         self._catch_rate = 1.0  # recent share of polls that caught their message
 
@@ -131,67 +145,78 @@ class Channel:
         kind: str,
         groups: list[tuple[Any, Mapping[str, Any]]] | None = None,
         note: Any = None,
-        finish: Callable[[], Any] | None = None,
+        report_retained: bool = False,
     ) -> None:
         """Send ``groups`` of (extra, tensors) as one message; the list is consumed (emptied).
 
-        ``finish()``, when given, runs after large tensors are copied out and the references to them dropped;
-        its result becomes the message's note.
+        With ``report_retained`` the note goes as ``(note, retained)``: whether this end still holds views of
+        the peer's region (:meth:`retained`), checked once the references of this message are dropped.
         """
         extras, metas = [], []
-        inline_runs: dict[str, list] = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
+        buffers: list = [b""]  # [prefix, inline tensor buffers (and alignment padding)..., header]
+        inline_size = 0
+        runs: dict[str, list] | None = None  # name -> [(meta, data)]: a name's tensors are laid out back to back
         shm_runs: dict[str, list] = {}
-        threshold = SHM_THRESHOLD if self._region_prefix is not None else _NEVER
+        threshold = self._threshold
         for extra, tensors in groups or ():
             extras.append(extra)
             group = []
             for name, value in tensors.items():
                 array = value if type(value) is np.ndarray else np.asarray(value)
-                if is_bytes_dtype(array.dtype):
+                code = _CODES.get(array.dtype) or _code(array.dtype)
+                if code is BYTES:
                     data = encode_bytes_array(array)
-                    dtype, nbytes = BYTES, len(data)
+                    nbytes = len(data)
                 else:
                     if not array.flags.c_contiguous:
                         array = np.ascontiguousarray(array)
-                    data, dtype, nbytes = array, array.dtype.str, array.nbytes
-                meta = [name, dtype, array.shape, INLINE, 0, nbytes]
+                    data, nbytes = array, array.nbytes
+                meta = [name, code, array.shape, INLINE, 0, nbytes]
                 group.append(meta)
                 if nbytes >= threshold:
-                    offset = self._peer_offset(array) if dtype != BYTES else None
+                    offset = self._peer_offset(array) if code is not BYTES else None
                     if offset is None:
                         meta[3] = OWN
                         shm_runs.setdefault(name, []).append((meta, data))
                     else:
                         meta[3], meta[4] = PEER, offset
-                elif nbytes:
-                    inline_runs.setdefault(name, []).append((meta, data))
+                elif not nbytes:
+                    pass
+                elif runs is not None or len(groups) > 1:  # a batch: lay each name's tensors out together
+                    if runs is None:
+                        runs = {}
+                    runs.setdefault(name, []).append((meta, data))
+                else:  # one request: each tensor is a run of its own
+                    padding = -inline_size % _ALIGN
+                    if padding:
+                        buffers.append(_PADDING[padding])
+                        inline_size += padding
+                    meta[4] = inline_size
+                    buffers.append(data)
+                    inline_size += nbytes
             metas.append(group)
-        buffers: list = [b""]  # [prefix + header, inline tensor buffers...]
-        inline_size = 0
-        for run in inline_runs.values():
-            padding = -inline_size % _ALIGN  # each run starts aligned
-            if padding:
-                buffers.append(bytes(padding))
-                inline_size += padding
-            for meta, data in run:
-                meta[4] = inline_size
-                buffers.append(data)
-                inline_size += meta[5]
-        region = None
-        if shm_runs:
-            region = self._copy_to_region(shm_runs)
-        inline_runs = shm_runs = None
+        if runs:
+            for run in runs.values():
+                padding = -inline_size % _ALIGN  # each run starts aligned
+                if padding:
+                    buffers.append(_PADDING[padding])
+                    inline_size += padding
+                for meta, data in run:
+                    meta[4] = inline_size
+                    buffers.append(data)
+                    inline_size += meta[5]
+        region = self._copy_to_region(shm_runs) if shm_runs else None
+        runs = shm_runs = None
         if groups:
             groups.clear()
         array = data = value = tensors = extra = run = None  # noqa: F841 - drop the last loop references
-        if finish is not None:
-            note = finish()
+        if report_retained:
+            note = (note, self.retained())
         header = pickle.dumps((kind, extras, metas, region, note), protocol=pickle.HIGHEST_PROTOCOL)
-        # Pad so that the inline tensors start aligned; pickle ignores the bytes after its end.
-        header += bytes(-(_PREFIX.size + len(header)) % _ALIGN)
-        buffers[0] = _PREFIX.pack(len(header), inline_size) + header
+        buffers[0] = _PREFIX.pack(inline_size, len(header))
+        buffers.append(header)
         sent = self._sock.sendmsg(buffers)
-        if sent != len(buffers[0]) + inline_size:
+        if sent != _PREFIX.size + inline_size + len(header):
             self._send_rest(buffers, sent)
 
     def _copy_to_region(self, runs: dict[str, list]) -> str:
@@ -210,10 +235,10 @@ class Channel:
 
     def _peer_offset(self, array: np.ndarray) -> int | None:
         """The offset of ``array`` in the peer's region when it lies there (an input sent back): no copy."""
-        if self._in_bounds is None:
+        if self._in_bounds is None or array.base is not self._in_base:  # numpy collapses views' bases
             return None
         start, end = self._in_bounds
-        address = array.__array_interface__["data"][0]
+        address = data_address(array)
         if start <= address and address + array.nbytes <= end:
             return address - start
         return None
@@ -238,20 +263,27 @@ class Channel:
         size = max(needed, 1 << 20)
         size = 1 << (size - 1).bit_length()  # next power of two: few regrowths
         self._out = _Region(f"{self._region_prefix}{self._generation}", size, create=True)
+        self._out_base = np.frombuffer(self._out.map, np.uint8)
         return self._out
 
     def retire_out_region(self) -> None:
         """Stop reusing the outgoing region (the peer still reads views of it); the next send makes a new one."""
         if self._out is not None:
             self._out.unlink()
-            self._out = None
+            self._out = self._out_base = None
 
     # -- receiving -------------------------------------------------------------------------------------------
 
-    def _read(self, view: memoryview) -> int:
+    def _read(self, have: int) -> int:
+        """Read what has arrived into the receive buffer at ``have``; sleep until something has, first."""
+        view = memoryview(self._buffer)[have:] if have else self._buffer
         # Sleep in poll(POLLIN), not in a blocking recv. A blocking recv on an AF_UNIX stream socket is woken
         # whenever the peer reads what this end sent (the write-space wake-up, filtered by poll but not by
-        # recv): one futile wake-up of each side per round trip.
+        # recv): one futile wake-up of each side per round trip. Polling first also spares the failed read
+        # (and its exception) of a message that has not arrived yet.
+        if not self._ready:
+            self._readable.poll()
+        self._ready = False
         while True:
             try:
                 received = self._sock.recv_into(view, 0, _DONTWAIT)
@@ -277,7 +309,8 @@ class Channel:
         while clock() < deadline:
             try:
                 peek(1, _PEEK)
-                caught = 1.0  # data (or the peer closed): the blocking read takes it from here
+                caught = 1.0  # data (or the peer closed): the read takes it from here, without sleeping
+                self._ready = True
                 break
             except BlockingIOError:
                 yield_cpu()
@@ -291,81 +324,78 @@ class Channel:
         """
         if self._inline_exported():  # arrays of the last message still view the buffer: leave it to them
             self._buffer = bytearray(len(self._buffer))
-        buffer = memoryview(self._buffer)
         have = len(self._carry)
         if have:
-            buffer[:have] = self._carry
+            self._buffer[:have] = self._carry
             self._carry = b""
         elif self._spin_s:
             self._poll()
         while have < _PREFIX.size:
-            have += self._read(buffer[have:])
-        header_size, inline_size = _PREFIX.unpack_from(buffer)
-        total = _PREFIX.size + header_size + inline_size
-        if total > len(buffer):
-            grown = bytearray(max(total, 2 * len(buffer)))
-            grown[:have] = buffer[:have]
-            buffer.release()
+            have += self._read(have)
+        inline_size, header_size = _PREFIX.unpack_from(self._buffer)
+        header_start = _PREFIX.size + inline_size
+        total = header_start + header_size
+        if total > len(self._buffer):
+            grown = bytearray(max(total, 2 * len(self._buffer)))
+            grown[:have] = memoryview(self._buffer)[:have]
             self._buffer = grown
-            buffer = memoryview(grown)
         while have < total:
-            have += self._read(buffer[have:])
+            have += self._read(have)
+        buffer = self._buffer
         if have > total:
-            self._carry = bytes(buffer[total:have])
-        header_end = _PREFIX.size + header_size
-        kind, extras, metas, region, note = pickle.loads(buffer[_PREFIX.size : header_end])
-        # Arrays are views of one uint8 array per source, and numpy makes that array the base of every view
-        # derived from them: while the one of the peer's region lives, the callable still holds data of it.
-        # (The inline one holds an export of the receive buffer, which _inline_exported sees.)
-        sources = [
-            np.frombuffer(buffer, np.uint8, inline_size, header_end) if inline_size else None,
-            np.frombuffer(self._in_region(region).map, np.uint8) if region else None,
-            None,  # PEER: this end's own region, mapped below when a tensor refers to it
-        ]
+            self._carry = bytes(memoryview(buffer)[total:have])
+        kind, extras, metas, region, note = pickle.loads(memoryview(buffer)[header_start:total])
+        # Tensors of the peer's region are views of one uint8 array, and numpy makes that array the base of
+        # every view derived from them: while it lives, the callable still holds data of the region. Inline
+        # tensors view the receive buffer itself, whose exports _inline_exported sees.
+        sources = [buffer, self._in_region(region) if region else None, self._out_base]
         groups = []
         for group in metas:
             tensors = {}
             for name, dtype, shape, where, offset, nbytes in group:
-                source = sources[where]
-                if source is None and where == PEER:
-                    source = sources[PEER] = np.frombuffer(self._out.map, np.uint8)
                 if dtype == BYTES:
-                    tensors[name] = decode_bytes_array(source[offset : offset + nbytes] if nbytes else b"", shape)
+                    source = sources[where]
+                    if where == INLINE:
+                        offset += _PREFIX.size
+                    tensors[name] = decode_bytes_array(memoryview(source)[offset : offset + nbytes], shape)
                 elif nbytes:
-                    tensors[name] = np.ndarray(shape, _dtype(dtype), source, offset)
+                    if where == INLINE:
+                        tensors[name] = np.ndarray(shape, _dtype(dtype), buffer, _PREFIX.size + offset)
+                    else:
+                        tensors[name] = np.ndarray(shape, _dtype(dtype), sources[where], offset)
                 else:
                     tensors[name] = np.empty(shape, _dtype(dtype))
             groups.append(tensors)
-        self._shm_base = weakref.ref(sources[OWN]) if region else None
+        self._last_used_region = region is not None
         return kind, extras, groups, note
 
     def _inline_exported(self) -> bool:
-        """True while arrays still view the receive buffer (a bytearray with exports cannot change size)."""
-        try:
-            self._buffer.append(0)
-        except BufferError:
-            return True
-        del self._buffer[-1]
-        return False
+        """True while arrays still view the receive buffer: each holds a reference to it (or to an array that
+        does), as does any memoryview of it; besides those, only this end and getrefcount's argument do."""
+        return sys.getrefcount(self._buffer) > 2
 
     def retained(self) -> bool:
         """True when arrays of the last message still view the peer's shared memory region.
 
         The peer must then stop reusing that region (``retire_out_region`` on its side).
         """
-        return self._shm_base is not None and self._shm_base() is not None
+        # Every view into the region, however derived, holds a reference to its base array; this end holds
+        # one more (self._in_base), and getrefcount's argument another.
+        return self._last_used_region and sys.getrefcount(self._in_base) > 2
 
-    def _in_region(self, name: str) -> _Region:
+    def _in_region(self, name: str) -> np.ndarray:
+        """The peer's region ``name`` as a uint8 array, mapped on first use."""
         if self._in is None or self._in.name != name:
             self._in = _Region(name, 0, create=False)
-            start = np.frombuffer(self._in.map, np.uint8).__array_interface__["data"][0]
+            self._in_base = np.frombuffer(self._in.map, np.uint8)
+            start = data_address(self._in_base)
             self._in_bounds = (start, start + self._in.size)
-        return self._in
+        return self._in_base
 
     def close(self) -> None:
         """Close the socket and remove the region this end created."""
         self.retire_out_region()
-        self._in = self._in_bounds = None
+        self._in = self._in_base = self._in_bounds = None
         try:
             self._sock.close()
         except OSError:

@@ -93,27 +93,17 @@ class CallableWorker(threading.Thread):
             if self._loop is not None:
                 self._loop.close()
 
-    def _receive_requests(self) -> list[Request]:
-        _, extras, groups, _ = self._channel.recv()
-        return [
+    def _serve_next(self) -> None:
+        """Receive a batch, call the callable, reply. Holds the only reference to the requests: once they
+        are dropped, the stub may reuse its shared memory unless the callable kept views of it. The last
+        reply of a call tells the stub whether it did (see ``Channel.send``)."""
+        channel = self._channel
+        _, extras, groups, _ = channel.recv()
+        requests = [
             Request(inputs, parameters, requested)
             for (parameters, requested), inputs in zip(extras, groups, strict=True)
         ]
-
-    def _reply(self, kind: str, groups: list | None = None, note: Any = None, last: bool = False) -> None:
-        """Send ``groups`` of (None, response); the list is emptied, so no response outlives the send.
-
-        The ``last`` reply of a call also tells the stub whether the callable still holds views of the
-        request's shared memory: the note is then ``(note, retire)``, and ``retire`` asks the stub not to
-        reuse that region.
-        """
-        finish = (lambda: (note, self._channel.retained())) if last else None
-        self._channel.send(kind, groups, note=note, finish=finish)
-
-    def _serve_next(self) -> None:
-        """Receive a batch, call the callable, reply. Holds the only reference to the requests: once they
-        are dropped, the stub may reuse its shared memory unless the callable kept views of it."""
-        requests = self._receive_requests()
+        extras = groups = None
         count = len(requests)
         try:
             result = self._callable(requests)
@@ -121,22 +111,27 @@ class CallableWorker(threading.Thread):
                 result = self._resolve(result)
             if self._config.decoupled:
                 for responses in self._iterate(result):
-                    self._reply(protocol.PARTIAL, self._groups(responses, count))
+                    channel.send(protocol.PARTIAL, self._groups(responses, count))
                 result = requests = responses = None
-                self._reply(protocol.FINAL, last=True)
-            else:
-                groups = self._groups(result, count)
-                result = requests = None
-                self._reply(protocol.OK, groups, last=True)
+                channel.send(protocol.FINAL, report_retained=True)
+                return
+            groups = self._groups(result, count)
+            result = requests = None
+            channel.send(protocol.OK, groups, report_retained=True)
+            return
         except PyTritonUnrecoverableError as error:
             message = f"Unrecoverable error in model {self._config.model_name!r}: {error}"
-            self._reply(protocol.ERROR, note=message, last=True)
-            self._on_unrecoverable(message)
+            unrecoverable = True
         except (PeerGone, OSError):
             raise
         except Exception as error:
             LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
-            self._reply(protocol.ERROR, note=_describe(error), last=True)
+            message, unrecoverable = _describe(error), False
+        # Outside the handler: the exception and its traceback (which may hold the inputs) are gone.
+        result = requests = responses = None
+        channel.send(protocol.ERROR, note=message, report_retained=True)
+        if unrecoverable:
+            self._on_unrecoverable(message)
 
     def _resolve(self, result: Any) -> Any:
         """Await a coroutine's result; refuse a stream from a model that is not decoupled."""
@@ -183,15 +178,17 @@ class CallableWorker(threading.Thread):
                 f"Model {name!r}: the inference callable must return a list with one dict per request "
                 f"({count} requests), got {type(responses).__name__}{size}."
             )
+        groups = []
         for response in responses:
-            if not isinstance(response, dict):
+            if type(response) is not dict and not isinstance(response, dict):
                 raise PyTritonValidationError(
                     f"Model {name!r}: each response must be a dict of output name to numpy array, got "
                     f"{type(response).__name__}."
                 )
+            groups.append((None, response))
         if self._strict:
             validate_outputs(self._config, responses)
-        return [(None, response) for response in responses]
+        return groups
 
 
 def _describe(error: Exception) -> str:
