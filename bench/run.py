@@ -1,6 +1,6 @@
 """Benchmark the proxy: plain Python-backend identity vs tritonrt vs PyTriton, one tritonserver build.
 
-    python bench/run.py [--duration 3] [--rounds 5] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
+    python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
 with a gRPC driver, interleaving the servers round by round, and prints req/s, p50, p99 and the ratios to the
@@ -181,8 +181,8 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")

@@ -344,7 +344,7 @@ class Channel:
         buffer = self._buffer
         if have > total:
             self._carry = bytes(memoryview(buffer)[total:have])
-        kind, extras, metas, region, note = pickle.loads(memoryview(buffer)[header_start:total])
+        kind, extras, metas, region, note = pickle.loads(buffer[header_start:total])  # a short copy: cheapest
         # Tensors of the peer's region are views of one uint8 array, and numpy makes that array the base of
         # every view derived from them: while it lives, the callable still holds data of the region. Inline
         # tensors view the receive buffer itself, whose exports _inline_exported sees.
