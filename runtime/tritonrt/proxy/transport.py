@@ -2,8 +2,8 @@
 
 A message is ``<inline length, header length>`` (16 bytes), the inline payload, then a pickled header of
 plain values (so that the payload starts aligned without padding the header); one ``sendmsg`` sends it and
-one read usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline and are read in place from a reused
-receive buffer. Larger ones are copied once into the sender's shared memory region, which the receiver maps
+one read usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline and are read in place from a
+reused receive buffer. Larger ones are copied once into the sender's shared memory region, which the receiver maps
 once and reads in place; and an array that already lies in the receiver's region (an input sent back as an
 output) goes back by reference, without a copy. The tensors of one name are laid out back to back, request
 after request, so that ``@batch`` can join them without copying. A region is replaced only when a message
