@@ -3,11 +3,12 @@
 A message is ``<inline length, header length>`` (16 bytes), the inline payload, then a pickled header of
 plain values (so that the payload starts aligned without padding the header); one ``sendmsg`` sends it and
 one read usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline and are read in place from a
-reused receive buffer. Larger ones are copied once into the sender's shared memory region, which the receiver maps
-once and reads in place; and an array that already lies in the receiver's region (an input sent back as an
-output) goes back by reference, without a copy. The tensors of one name are laid out back to back, request
-after request, so that ``@batch`` can join them without copying. A region is replaced only when a message
-does not fit, or when the receiver reports that it still holds views into it (see :meth:`Channel.retained`).
+reused receive buffer. Larger ones are copied once into the sender's shared memory region, which the
+receiver maps once and reads in place; and an array that already lies in the receiver's region (an input
+sent back as an output) goes back by reference, without a copy. The tensors of one name are laid out back
+to back, request after request, so that ``@batch`` can join them without copying. A region is replaced only
+when a message does not fit, or when the receiver reports that it still holds views into it (see
+:meth:`Channel.retained`).
 
 Header: ``(kind, extras, metas, region, note)``; ``metas[i]`` lists ``[name, dtype, shape, where, offset,
 nbytes]`` for the tensors of group ``i`` (``where``: INLINE, OWN or PEER region); ``extras[i]`` is
