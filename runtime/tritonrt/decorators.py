@@ -278,6 +278,11 @@ def _array_inputs(kwargs: dict, decorator: str, args: tuple = ()) -> dict[str, n
     return inputs
 
 
+def _where(where: str | int) -> str:
+    """What an error names: ``where`` itself, or ``request <i>`` for a request's index."""
+    return f"request {where}" if type(where) is int else where
+
+
 def _batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:
     """The common first-axis size of the inputs; all inputs must agree. ``where`` names them in errors
     (an int: the index of their request)."""
@@ -285,7 +290,7 @@ def _batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:
     for name, value in inputs.items():
         shape = value.shape if type(value) is np.ndarray else np.shape(value)
         if not shape:
-            where = f"request {where}" if type(where) is int else where
+            where = _where(where)
             raise PyTritonValidationError(
                 f"Input {name!r} of {where} has no batch axis (0-dimensional). Batching decorators need "
                 "inputs whose first axis is the batch: bind the model with batching (max_batch_size > 0)."
@@ -293,7 +298,7 @@ def _batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:
         if size is None:
             size = shape[0]
         elif shape[0] != size:
-            where = f"request {where}" if type(where) is int else where
+            where = _where(where)
             listed = ", ".join(f"{key} has {np.shape(array)[0]}" for key, array in inputs.items())
             raise PyTritonValidationError(
                 f"Inputs of {where} have different batch sizes ({listed} rows); every input of a request "
@@ -357,7 +362,7 @@ def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
 
 def _split_batch(outputs: dict[str, Any], sizes: list[int]) -> list[InferenceResult]:
     """Cut batched outputs into one response per request, by the requests' batch sizes."""
-    total = sizes[0] if len(sizes) == 1 else sum(sizes)
+    total = sum(sizes)
     exact = True  # every output has exactly ``total`` rows
     for name, value in outputs.items():
         shape = value.shape if type(value) is np.ndarray else None

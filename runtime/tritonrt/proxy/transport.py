@@ -11,8 +11,8 @@ when a message does not fit, or when the receiver reports that it still holds vi
 :meth:`Channel.retained`).
 
 Header: ``(kind, extras, metas, region, note)``; ``metas[i]`` lists ``[name, dtype, shape, where, offset,
-nbytes]`` for the tensors of group ``i`` (``where``: INLINE, OWN or PEER region); ``extras[i]`` is
-group-level data (request parameters, ...).
+nbytes]`` for the tensors of group ``i`` (``where``: INLINE, from the message's start, or OWN or PEER
+region); ``extras[i]`` is group-level data (request parameters, ...).
 """
 
 from __future__ import annotations
@@ -154,9 +154,7 @@ class Channel:
         the peer's region (:meth:`retained`), checked once the references of this message are dropped.
         """
         extras, metas = [], []
-        buffers: list = [b""]  # [prefix, inline tensor buffers (and alignment padding)..., header]
-        inline_size = 0
-        runs: dict[str, list] | None = None  # name -> [(meta, data)]: a name's tensors are laid out back to back
+        runs: dict[str, list] = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
         shm_runs: dict[str, list] = {}
         threshold = self._threshold
         for extra, tensors in groups or ():
@@ -181,31 +179,20 @@ class Channel:
                         shm_runs.setdefault(name, []).append((meta, data))
                     else:
                         meta[3], meta[4] = PEER, offset
-                elif not nbytes:
-                    pass
-                elif runs is not None or len(groups) > 1:  # a batch: lay each name's tensors out together
-                    if runs is None:
-                        runs = {}
+                elif nbytes:
                     runs.setdefault(name, []).append((meta, data))
-                else:  # one request: each tensor is a run of its own
-                    padding = -inline_size % _ALIGN
-                    if padding:
-                        buffers.append(_PADDING[padding])
-                        inline_size += padding
-                    meta[4] = inline_size
-                    buffers.append(data)
-                    inline_size += nbytes
             metas.append(group)
-        if runs:
-            for run in runs.values():
-                padding = -inline_size % _ALIGN  # each run starts aligned
-                if padding:
-                    buffers.append(_PADDING[padding])
-                    inline_size += padding
-                for meta, data in run:
-                    meta[4] = inline_size
-                    buffers.append(data)
-                    inline_size += meta[5]
+        buffers: list = [b""]  # [prefix, inline tensor buffers (and alignment padding)..., header]
+        inline_size = 0
+        for run in runs.values():
+            padding = -inline_size % _ALIGN  # each run starts aligned
+            if padding:
+                buffers.append(_PADDING[padding])
+                inline_size += padding
+            for meta, data in run:
+                meta[4] = _PREFIX.size + inline_size  # inline offsets count from the message's start
+                buffers.append(data)
+                inline_size += meta[5]
         region = self._copy_to_region(shm_runs) if shm_runs else None
         runs = shm_runs = None
         if groups:
@@ -355,15 +342,9 @@ class Channel:
             tensors = {}
             for name, dtype, shape, where, offset, nbytes in group:
                 if dtype == BYTES:
-                    source = sources[where]
-                    if where == INLINE:
-                        offset += _PREFIX.size
-                    tensors[name] = decode_bytes_array(memoryview(source)[offset : offset + nbytes], shape)
+                    tensors[name] = decode_bytes_array(memoryview(sources[where])[offset : offset + nbytes], shape)
                 elif nbytes:
-                    if where == INLINE:
-                        tensors[name] = np.ndarray(shape, _dtype(dtype), buffer, _PREFIX.size + offset)
-                    else:
-                        tensors[name] = np.ndarray(shape, _dtype(dtype), sources[where], offset)
+                    tensors[name] = np.ndarray(shape, _dtype(dtype), sources[where], offset)
                 else:
                     tensors[name] = np.empty(shape, _dtype(dtype))
             groups.append(tensors)

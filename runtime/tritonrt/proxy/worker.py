@@ -180,7 +180,7 @@ class CallableWorker(threading.Thread):
             )
         groups = []
         for response in responses:
-            if type(response) is not dict and not isinstance(response, dict):
+            if not isinstance(response, dict):
                 raise PyTritonValidationError(
                     f"Model {name!r}: each response must be a dict of output name to numpy array, got "
                     f"{type(response).__name__}."
