@@ -3,8 +3,9 @@
     python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
-with a gRPC driver, interleaving the servers round by round, and prints req/s, p50, p99 and the ratios to the
-plain backend. Also prints the time from Triton().run() to ready and the serving process's memory under load.
+with a gRPC driver, interleaving the servers round by round (in reverse order every other round), and
+prints req/s, p50, p99 and the ratios to the plain backend. Also prints the time from Triton().run() to
+ready and the serving process's memory under load.
 """
 
 from __future__ import annotations
@@ -205,8 +206,13 @@ def main() -> int:
                         continue
                     body, header_length = request_body(elements, workdir)
                     script = wrk_script(body, header_length, workdir)
+                    # Odd rounds run the servers in reverse order: a host that gets steadily slower or faster
+                    # then does not favour the server that always runs first.
+                    order = list(servers.items())
+                    if round_index % 2:
+                        order.reverse()
                     for protocol in protocols:
-                        for name, server in servers.items():
+                        for name, server in order:
                             print(
                                 f"round {round_index + 1}: {protocol} {label} x{connections} {name}",
                                 file=sys.stderr,
