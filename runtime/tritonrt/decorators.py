@@ -290,18 +290,16 @@ def _batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:
     for name, value in inputs.items():
         shape = value.shape if type(value) is np.ndarray else np.shape(value)
         if not shape:
-            where = _where(where)
             raise PyTritonValidationError(
-                f"Input {name!r} of {where} has no batch axis (0-dimensional). Batching decorators need "
+                f"Input {name!r} of {_where(where)} has no batch axis (0-dimensional). Batching decorators need "
                 "inputs whose first axis is the batch: bind the model with batching (max_batch_size > 0)."
             )
         if size is None:
             size = shape[0]
         elif shape[0] != size:
-            where = _where(where)
             listed = ", ".join(f"{key} has {np.shape(array)[0]}" for key, array in inputs.items())
             raise PyTritonValidationError(
-                f"Inputs of {where} have different batch sizes ({listed} rows); every input of a request "
+                f"Inputs of {_where(where)} have different batch sizes ({listed} rows); every input of a request "
                 "must have the same size of its first (batch) axis."
             )
     if size is None:
