@@ -18,6 +18,7 @@ COUNT = Tensor(name="count", dtype=np.int32, shape=(1,))
 STEP = Tensor(name="step", dtype=np.int32, shape=(1,))
 DECOUPLED = ModelConfig(decoupled=True)
 STREAM_TIMEOUT_S = 60
+STREAMED = 8  # responses of echo_scaled
 
 
 @batch
@@ -46,9 +47,11 @@ def fails_midway(requests):
     raise RuntimeError("stream broke after the first response")
 
 
-def echo_twice(requests):
-    for _ in range(2):
-        yield [{"y": request["x"] * 2} for request in requests]
+def echo_scaled(requests):
+    """Large outputs, each different and ready at once: one overwritten by the next before the stub sent it
+    would show."""
+    streamed = [[{"y": request["x"] * factor} for request in requests] for factor in range(1, STREAMED + 1)]
+    yield from streamed
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +63,8 @@ def server(start_triton):
         "countdown_each", countdown_each, [COUNT], [STEP], config=ModelConfig(batching=False, decoupled=True)
     )
     server.triton.bind(
-        "echo_twice",
-        echo_twice,
+        "echo_scaled",
+        echo_scaled,
         [Tensor(name="x", dtype=np.float32, shape=(-1,))],
         [Tensor(name="y", dtype=np.float32, shape=(-1,))],
         config=DECOUPLED,
@@ -137,7 +140,7 @@ def test_large_tensors_stream(server):
         try:
             tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
             tensor.set_data_from_numpy(x)
-            client.async_stream_infer("echo_twice", [tensor], enable_empty_final_response=True)
+            client.async_stream_infer("echo_scaled", [tensor], enable_empty_final_response=True)
             while True:
                 result, error = events.get(timeout=STREAM_TIMEOUT_S)
                 assert error is None, error
@@ -147,6 +150,6 @@ def test_large_tensors_stream(server):
                     break
         finally:
             client.stop_stream()
-    assert len(received) == 2
-    for y in received:
-        np.testing.assert_array_equal(y, x * 2)
+    assert len(received) == STREAMED
+    for factor, y in enumerate(received, start=1):
+        np.testing.assert_array_equal(y, x * factor, err_msg=f"response {factor} of the stream")

@@ -173,6 +173,33 @@ def test_several_messages_in_flight_arrive_in_order(pair):
     assert received == [0, 1, 2, 3, 4]
 
 
+def test_a_stream_of_large_messages_read_late_arrives_intact(pair):
+    """A decoupled model streams replies without waiting for the stub: each must keep its own data, even when
+    the stub reads them only after the worker has sent the next ones (and removed the regions' names)."""
+    stub, worker = pair
+    x = np.random.default_rng(2).random(LARGE, dtype=np.float32)
+    for factor in range(1, 4):
+        worker.send(protocol.PARTIAL, [(None, {"y": x * factor})])
+    worker.send(protocol.FINAL)
+    received = []
+    while True:
+        kind, _, groups, _ = stub.recv()
+        if kind == protocol.FINAL:
+            break
+        received.append(groups[0]["y"])
+    assert len(received) == 3
+    for factor, y in enumerate(received, start=1):
+        np.testing.assert_array_equal(y, x * factor, err_msg=f"reply {factor}")
+    assert worker._generation == 3  # a region per reply
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(worker._region_prefix)]  # all mapped
+    # The stub's next request answers the stream: the worker's next reply reuses its region.
+    stub.send(protocol.INFER, [((None, None), {"x": x})])
+    worker.recv()
+    worker.send(protocol.OK, [(None, {"y": x * 4})])
+    np.testing.assert_array_equal(stub.recv()[2][0]["y"], x * 4)
+    assert worker._generation == 3
+
+
 def test_a_closed_peer_is_reported(pair):
     stub, worker = pair
     worker.close()

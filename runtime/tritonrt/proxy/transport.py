@@ -6,9 +6,12 @@ one read usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline a
 reused receive buffer. Larger ones are copied once into the sender's shared memory region, which the
 receiver maps once and reads in place; and an array that already lies in the receiver's region (an input
 sent back as an output) goes back by reference, without a copy. The tensors of one name are laid out back
-to back, request after request, so that ``@batch`` can join them without copying. A region is replaced only
-when a message does not fit, or when the receiver reports that it still holds views into it (see
-:meth:`Channel.retained`).
+to back, request after request, so that ``@batch`` can join them without copying. A region is reused only
+once the peer has answered the message that used it last (the answer shows that the peer is done with it),
+so a stream of messages with large tensors takes a new region for each. It is also replaced when a message
+does not fit, or when the receiver reports that it still holds views into it (see :meth:`Channel.retained`).
+The receiver removes a region's name once it has mapped it; the sender removes it too, at the latest when it
+closes, in case the receiver never did.
 
 Header: ``(kind, extras, metas, region, note)``; ``metas[i]`` lists ``[name, dtype, shape, where, offset,
 nbytes]`` for the tensors of group ``i`` (``where``: INLINE, from the message's start, or OWN or PEER
@@ -105,11 +108,7 @@ class _Region:
             self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        self.name, self.size, self.owned = name, size, create
-
-    def unlink(self) -> None:
-        if self.owned:
-            (_SHM_DIR / self.name).unlink(missing_ok=True)
+        self.name, self.size = name, size
 
 
 class Channel:
@@ -129,6 +128,8 @@ class Channel:
         self._threshold = SHM_THRESHOLD if region_prefix is not None else _NEVER
         self._generation = 0
         self._out: _Region | None = None
+        self._out_unanswered = False  # the last message that used the outgoing region got no answer yet
+        self._retired: list[str] = []  # names of outgoing regions the peer may not have mapped yet
         self._out_base: np.ndarray | None = None  # the outgoing region as uint8, the base of views into it
         self._in: _Region | None = None
         self._in_base: np.ndarray | None = None  # the same for the peer's region
@@ -216,9 +217,12 @@ class Channel:
                 meta[4] = size
                 layout.append((data, size, meta[5]))
                 size += meta[5]
+        if self._out_unanswered:  # the peer may still be reading the last message's tensors
+            self.retire_out_region()
         out = self._out_region(size)
         for data, offset, nbytes in layout:
             out.map[offset : offset + nbytes] = _bytes_view(data)
+        self._out_unanswered = True
         return out.name
 
     def _peer_offset(self, array: np.ndarray) -> int | None:
@@ -255,10 +259,19 @@ class Channel:
         return self._out
 
     def retire_out_region(self) -> None:
-        """Stop reusing the outgoing region (the peer still reads views of it); the next send makes a new one."""
+        """Stop reusing the outgoing region (the peer still reads views of it); the next send makes a new one.
+
+        Its name goes once the peer has answered: until then the peer may not have mapped it yet.
+        """
         if self._out is not None:
-            self._out.unlink()
+            self._retired.append(self._out.name)
             self._out = self._out_base = None
+        self._out_unanswered = False
+
+    def _unlink_retired(self) -> None:
+        for name in self._retired:
+            (_SHM_DIR / name).unlink(missing_ok=True)
+        self._retired.clear()
 
     # -- receiving -------------------------------------------------------------------------------------------
 
@@ -333,6 +346,9 @@ class Channel:
         if have > total:
             self._carry = bytes(memoryview(buffer)[total:have])
         kind, extras, metas, region, note = pickle.loads(buffer[header_start:total])  # a short copy: cheapest
+        self._out_unanswered = False  # the peer has read every message sent before this answer
+        if self._retired:
+            self._unlink_retired()
         # Tensors of the peer's region are views of one uint8 array, and numpy makes that array the base of
         # every view derived from them: while it lives, the callable still holds data of the region. Inline
         # tensors view the receive buffer itself, whose exports _inline_exported sees.
@@ -369,14 +385,16 @@ class Channel:
         """The peer's region ``name`` as a uint8 array, mapped on first use."""
         if self._in is None or self._in.name != name:
             self._in = _Region(name, 0, create=False)
+            (_SHM_DIR / name).unlink(missing_ok=True)  # mapped: the name is no longer needed
             self._in_base = np.frombuffer(self._in.map, np.uint8)
             start = data_address(self._in_base)
             self._in_bounds = (start, start + self._in.size)
         return self._in_base
 
     def close(self) -> None:
-        """Close the socket and remove the region this end created."""
+        """Close the socket and remove the regions this end created."""
         self.retire_out_region()
+        self._unlink_retired()
         self._in = self._in_base = self._in_bounds = None
         try:
             self._sock.close()
