@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import socket
 import threading
@@ -12,8 +13,9 @@ import numpy as np
 import pytest
 
 from tritonrt.decorators import batch
+from tritonrt.memory import data_address
 from tritonrt.models.spec import TensorSpec, TritonModelConfig
-from tritonrt.proxy import protocol, transport
+from tritonrt.proxy import arena, protocol, transport
 from tritonrt.proxy.transport import SHM_THRESHOLD, Channel, PeerGone
 from tritonrt.proxy.worker import CallableWorker
 
@@ -190,14 +192,23 @@ def test_a_stream_of_large_messages_read_late_arrives_intact(pair):
     assert len(received) == 3
     for factor, y in enumerate(received, start=1):
         np.testing.assert_array_equal(y, x * factor, err_msg=f"reply {factor}")
-    assert worker._generation == 3  # a region per reply
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(worker._region_prefix)]  # all mapped
-    # The stub's next request answers the stream: the worker's next reply reuses its region.
+    # The stub's next request answers the stream: the worker's next reply takes its region from the start.
     stub.send(protocol.INFER, [((None, None), {"x": x})])
     worker.recv()
     worker.send(protocol.OK, [(None, {"y": x * 4})])
     np.testing.assert_array_equal(stub.recv()[2][0]["y"], x * 4)
+    assert worker._out.top == x.nbytes
+
+
+def test_a_stream_larger_than_the_region_moves_on_to_new_regions(pair):
+    stub, worker = pair
+    x = np.random.default_rng(3).random(1 << 18, dtype=np.float32)  # 1 MiB: one per region
+    for factor in range(1, 4):
+        worker.send(protocol.PARTIAL, [(None, {"y": x * factor})])
     assert worker._generation == 3
+    for factor in range(1, 4):
+        np.testing.assert_array_equal(stub.recv()[2][0]["y"], x * factor, err_msg=f"reply {factor}")
 
 
 def test_a_closed_peer_is_reported(pair):
@@ -321,3 +332,62 @@ def test_polling_limits_are_read_in_microseconds_and_bad_values_are_named(monkey
         monkeypatch.setenv("TRITONRT_WORKER_SPIN_US", bad)
         with pytest.raises(ValueError, match=f"TRITONRT_WORKER_SPIN_US='{bad}'.*microseconds >= 0"):
             transport._seconds_from_us("TRITONRT_WORKER_SPIN_US", "0")
+
+
+# -- large arrays that numpy allocates in the stub's outgoing region (tritonrt.proxy.arena) -------------------
+
+
+@pytest.fixture
+def stub_context(pair):
+    """A context where numpy allocates in the stub channel's region, as in the stub's thread; the test's other
+    code (the worker's side included) allocates as usual."""
+    context = contextvars.copy_context()
+    assert context.run(arena.install, pair[0])
+    return context
+
+
+def test_large_inputs_allocated_in_the_region_go_by_reference_and_join_for_batch(pair, stub_context):
+    stub, worker = pair
+    x = np.random.default_rng(4).random((3, 1, LARGE), dtype=np.float32)
+    copies = stub_context.run(lambda: [row.copy() for row in x])  # as the stub copies each request's input
+    small = stub_context.run(lambda: np.arange(4.0))
+    assert [stub._out.offset_of(row, row.nbytes) for row in copies] == [0, x[0].nbytes, 2 * x[0].nbytes]
+    assert stub._out.offset_of(small, small.nbytes) is None
+    seen = {}
+
+    @batch
+    def infer(x):
+        seen["joined_by_view"] = x.base is not None
+        return {"y": x}
+
+    outputs, _ = round_trip(stub, worker, [{"x": row} for row in copies], infer)
+    assert seen == {"joined_by_view": True}
+    assert stub._out.top == x.nbytes  # nothing was copied into the region
+    for row, output in zip(x, outputs, strict=True):
+        np.testing.assert_array_equal(output["y"], row)
+    copies = outputs = None
+    assert stub._out.held == {} and stub._out.top == 0  # freed: the next batch takes the region from its start
+
+
+def test_an_array_moved_out_of_the_region_by_realloc_keeps_its_data(pair, stub_context):
+    stub, _ = pair
+    x = np.random.default_rng(5).random(LARGE, dtype=np.float32)
+    copy = stub_context.run(x.copy)
+    stub_context.run(lambda: copy.resize(2 * LARGE, refcheck=False))  # numpy reallocates in place
+    assert stub._out.offset_of(copy, copy.nbytes) is None and stub._out.held == {}
+    np.testing.assert_array_equal(copy[:LARGE], x)
+
+
+def test_arrays_of_a_retired_region_stay_valid_until_freed(pair, stub_context):
+    stub, worker = pair
+    x = np.random.default_rng(6).random(LARGE, dtype=np.float32)
+    kept = stub_context.run(x.copy)
+    stub.retire_out_region()  # as when the worker reports that it kept views of the region
+    newer = stub_context.run(lambda: np.full(LARGE, 7.0, dtype=np.float32))
+    assert stub._out.offset_of(newer, newer.nbytes) == 0 and len(stub._draining) == 1
+    np.testing.assert_array_equal(kept, x)
+    kept = None
+    assert stub._draining == []
+    stub.close()
+    later = stub_context.run(lambda: np.ones(LARGE, dtype=np.float32))  # after close: the C library's memory
+    assert stub.held_size(data_address(later)) is None and later.sum() == LARGE

@@ -13,7 +13,7 @@ import socket
 import numpy as np
 import triton_python_backend_utils as pb_utils  # provided by the stub, importable only in it
 
-from tritonrt.proxy import protocol
+from tritonrt.proxy import arena, protocol
 from tritonrt.proxy.transport import SPIN_S, Channel, PeerGone
 
 
@@ -42,6 +42,7 @@ class TritonPythonModel:
         sock.connect(str(socket_dir / f"{key}.{index}.sock"))
         region_prefix = f"{_parameter(config, 'tritonrt_shm_prefix')}{key}_{index}_req_"
         self._channel = Channel(sock, region_prefix, SPIN_S)
+        arena.install(self._channel)  # the stub's copies of large inputs land where they are sent from
 
     def _instance_index(self, instance_name: str, count: int) -> int:
         """Triton names instances ``<group>_<i>``; tritonrt writes one group, so ``i`` picks the callable.
@@ -60,8 +61,9 @@ class TritonPythonModel:
     def execute(self, requests):
         groups = []
         for request in requests:
-            # as_numpy() arrays own their data (the stub copies each input out of Triton's shared memory) or
-            # keep the tensor that does alive: nothing else needs holding while they are sent.
+            # as_numpy() arrays own their data (the stub copies each input out of Triton's shared memory, for
+            # large ones into the channel's region: see arena) or keep the tensor that does alive: nothing else
+            # needs holding while they are sent.
             inputs = {}
             for tensor in request.inputs():
                 inputs[tensor.name()] = tensor.as_numpy()

@@ -6,12 +6,14 @@ one read usually takes it. Tensors under ``SHM_THRESHOLD`` bytes travel inline a
 reused receive buffer. Larger ones are copied once into the sender's shared memory region, which the
 receiver maps once and reads in place; and an array that already lies in the receiver's region (an input
 sent back as an output) goes back by reference, without a copy. The tensors of one name are laid out back
-to back, request after request, so that ``@batch`` can join them without copying. A region is reused only
-once the peer has answered the message that used it last (the answer shows that the peer is done with it),
-so a stream of messages with large tensors takes a new region for each. It is also replaced when a message
-does not fit, or when the receiver reports that it still holds views into it (see :meth:`Channel.retained`).
-The receiver removes a region's name once it has mapped it; the sender removes it too, at the latest when it
-closes, in case the receiver never did.
+to back, request after request, so that ``@batch`` can join them without copying.
+
+Space in a region is taken from its start onwards, and taken again from the start once the peer has answered
+(the answer shows that it is done with what it was sent) and no array allocated there is left (see
+:meth:`Channel.allocate`: the proxy model has numpy allocate large inputs in its region, which then go by
+reference too). A region is replaced when a message does not fit, or when the receiver reports that it
+still holds views into it (see :meth:`Channel.retained`). The receiver removes a region's name once it has
+mapped it; the sender removes it too, at the latest when it closes, in case the receiver never did.
 
 Header: ``(kind, extras, metas, region, note)``; ``metas[i]`` lists ``[name, dtype, shape, where, offset,
 nbytes]`` for the tensors of group ``i`` (``where``: INLINE, from the message's start, or OWN or PEER
@@ -29,6 +31,7 @@ import select
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -109,6 +112,20 @@ class _Region:
         finally:
             os.close(fd)
         self.name, self.size = name, size
+        self.start = data_address(np.frombuffer(self.map, np.uint8))
+        self.top = 0  # the space from here on is free
+        self.held: dict[int, int] = {}  # address -> size of the blocks numpy holds (Channel.allocate)
+        self.pending = False  # a message sent with data here has not been answered yet
+
+    def offset_of(self, array: np.ndarray, nbytes: int) -> int | None:
+        """The offset of ``array``'s data when it lies in this region."""
+        offset = data_address(array) - self.start
+        return offset if 0 <= offset and offset + nbytes <= self.size else None
+
+    def free_up(self) -> None:
+        """Take space from the start again once nothing that was placed in the region is in use."""
+        if not self.held and not self.pending:
+            self.top = 0
 
 
 class Channel:
@@ -128,8 +145,10 @@ class Channel:
         self._threshold = SHM_THRESHOLD if region_prefix is not None else _NEVER
         self._generation = 0
         self._out: _Region | None = None
-        self._out_unanswered = False  # the last message that used the outgoing region got no answer yet
         self._retired: list[str] = []  # names of outgoing regions the peer may not have mapped yet
+        self._draining: list[_Region] = []  # replaced outgoing regions where numpy still holds blocks
+        # numpy may free a block from any thread, or from a garbage collection run inside allocate
+        self._space = threading.RLock()
         self._out_base: np.ndarray | None = None  # the outgoing region as uint8, the base of views into it
         self._in: _Region | None = None
         self._in_base: np.ndarray | None = None  # the same for the peer's region
@@ -157,6 +176,7 @@ class Channel:
         extras, metas = [], []
         runs: dict[str, list] = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
         shm_runs: dict[str, list] = {}
+        placed: list = []  # (name, meta, data) of arrays already in the outgoing region
         threshold = self._threshold
         for extra, tensors in groups or ():
             extras.append(extra)
@@ -174,12 +194,16 @@ class Channel:
                 meta = [name, code, array.shape, INLINE, 0, nbytes]
                 group.append(meta)
                 if nbytes >= threshold:
-                    offset = self._peer_offset(array) if code is not BYTES else None
-                    if offset is None:
-                        meta[3] = OWN
+                    meta[3] = OWN
+                    if code is BYTES:
                         shm_runs.setdefault(name, []).append((meta, data))
-                    else:
+                    elif (offset := self._peer_offset(array)) is not None:
                         meta[3], meta[4] = PEER, offset
+                    elif self._out is not None and (offset := self._out.offset_of(array, nbytes)) is not None:
+                        meta[4] = offset  # allocated there (see allocate): no copy
+                        placed.append((name, meta, data))
+                    else:
+                        shm_runs.setdefault(name, []).append((meta, data))
                 elif nbytes:
                     runs.setdefault(name, []).append((meta, data))
             metas.append(group)
@@ -194,8 +218,8 @@ class Channel:
                 meta[4] = _PREFIX.size + inline_size  # inline offsets count from the message's start
                 buffers.append(data)
                 inline_size += meta[5]
-        region = self._copy_to_region(shm_runs) if shm_runs else None
-        runs = shm_runs = None
+        region = self._copy_to_region(shm_runs, placed) if shm_runs or placed else None
+        runs = shm_runs = placed = None
         if groups:
             groups.clear()
         array = data = value = tensors = extra = run = None  # noqa: F841 - drop the last loop references
@@ -208,21 +232,33 @@ class Channel:
         if sent != _PREFIX.size + inline_size + len(header):
             self._send_rest(buffers, sent)
 
-    def _copy_to_region(self, runs: dict[str, list]) -> str:
-        """Lay the runs out in the outgoing region (each run starts aligned) and copy them in; its name."""
-        layout, size = [], 0
+    def _copy_to_region(self, runs: dict[str, list], placed: list) -> str:
+        """Copy the runs into free space of the outgoing region (each run starts aligned); its name.
+
+        ``placed`` tensors already lie in the region; they are copied too if the message needs a new one.
+        """
+        with self._space:
+            return self._lay_out(runs, placed)
+
+    def _lay_out(self, runs: dict[str, list], placed: list) -> str:
+        out = self._out
+        start = -(-out.top // _ALIGN) * _ALIGN if out is not None else 0
+        size = start
         for run in runs.values():
-            size = -(-size // _ALIGN) * _ALIGN
+            size = -(-size // _ALIGN) * _ALIGN + sum(meta[5] for meta, _ in run)
+        if out is None or size > out.size:
+            for name, meta, data in placed:
+                runs.setdefault(name, []).append((meta, data))
+            size = sum(-(-sum(meta[5] for meta, _ in run) // _ALIGN) * _ALIGN for run in runs.values())
+            out, start = self._new_out_region(size), 0
+        for run in runs.values():
+            start = -(-start // _ALIGN) * _ALIGN
             for meta, data in run:
-                meta[4] = size
-                layout.append((data, size, meta[5]))
-                size += meta[5]
-        if self._out_unanswered:  # the peer may still be reading the last message's tensors
-            self.retire_out_region()
-        out = self._out_region(size)
-        for data, offset, nbytes in layout:
-            out.map[offset : offset + nbytes] = _bytes_view(data)
-        self._out_unanswered = True
+                meta[4] = start
+                out.map[start : start + meta[5]] = _bytes_view(data)
+                start += meta[5]
+        out.top = max(out.top, start)
+        out.pending = True
         return out.name
 
     def _peer_offset(self, array: np.ndarray) -> int | None:
@@ -247,9 +283,7 @@ class Channel:
             if views:
                 sent = self._sock.sendmsg(views)
 
-    def _out_region(self, needed: int) -> _Region:
-        if self._out is not None and self._out.size >= needed:
-            return self._out
+    def _new_out_region(self, needed: int) -> _Region:
         self.retire_out_region()
         self._generation += 1
         size = max(needed, 1 << 20)
@@ -259,14 +293,60 @@ class Channel:
         return self._out
 
     def retire_out_region(self) -> None:
-        """Stop reusing the outgoing region (the peer still reads views of it); the next send makes a new one.
+        """Stop using the outgoing region (the peer still reads views of it); the next send makes a new one.
 
-        Its name goes once the peer has answered: until then the peer may not have mapped it yet.
+        Its name goes once the peer has answered: until then the peer may not have mapped it yet. Its mapping
+        stays while numpy holds blocks of it.
         """
-        if self._out is not None:
-            self._retired.append(self._out.name)
-            self._out = self._out_base = None
-        self._out_unanswered = False
+        with self._space:
+            if self._out is not None:
+                self._retired.append(self._out.name)
+                if self._out.held:
+                    self._draining.append(self._out)
+                self._out = self._out_base = None
+
+    # -- numpy's large arrays (the proxy model installs tritonrt.proxy.arena) ----------------------------------
+
+    def allocate(self, size: int) -> int:
+        """An address for a block of ``size`` bytes in the outgoing region, or 0 where it has no room.
+
+        A region too small is replaced only while nothing is placed in it: the arrays of one message must share
+        a region to go by reference.
+        """
+        with self._space:
+            out = self._out
+            if out is None or (out.size < size and not out.held and not out.pending):
+                if self._region_prefix is None:
+                    return 0
+                out = self._new_out_region(size)
+            offset = -(-out.top // _ALIGN) * _ALIGN
+            if offset + size > out.size:
+                return 0
+            address = out.start + offset
+            out.held[address] = size
+            out.top = offset + size
+            return address
+
+    def held_size(self, address: int) -> int | None:
+        """The size of the block at ``address`` from :meth:`allocate`; None for any other address."""
+        for region in (self._out, *self._draining):
+            if region is not None and address in region.held:
+                return region.held[address]
+        return None
+
+    def release(self, address: int) -> bool:
+        """Give back a block from :meth:`allocate`; False if ``address`` is not one."""
+        with self._space:
+            out = self._out
+            if out is not None and out.held.pop(address, None) is not None:
+                out.free_up()
+                return True
+            for region in self._draining:
+                if region.held.pop(address, None) is not None:
+                    if not region.held:
+                        self._draining.remove(region)  # the mapping goes with the last view of it
+                    return True
+            return False
 
     def _unlink_retired(self) -> None:
         for name in self._retired:
@@ -346,7 +426,10 @@ class Channel:
         if have > total:
             self._carry = bytes(memoryview(buffer)[total:have])
         kind, extras, metas, region, note = pickle.loads(buffer[header_start:total])  # a short copy: cheapest
-        self._out_unanswered = False  # the peer has read every message sent before this answer
+        if self._out is not None:  # the peer has read every message sent before this answer
+            with self._space:
+                self._out.pending = False
+                self._out.free_up()
         if self._retired:
             self._unlink_retired()
         # Tensors of the peer's region are views of one uint8 array, and numpy makes that array the base of
@@ -392,7 +475,8 @@ class Channel:
         return self._in_base
 
     def close(self) -> None:
-        """Close the socket and remove the regions this end created."""
+        """Close the socket and remove the regions this end created (numpy's blocks stay until released)."""
+        self._region_prefix = None  # allocate no more
         self.retire_out_region()
         self._unlink_retired()
         self._in = self._in_base = self._in_bounds = None
