@@ -161,37 +161,34 @@ def test_a_message_larger_than_the_socket_buffer_is_sent_whole(pair):
     assert all(np.array_equal(received[name], value) for name, value in parts.items())
 
 
-def test_several_messages_in_flight_arrive_in_order(pair):
-    stub, worker = pair
-    for index in range(5):
-        worker.send(protocol.PARTIAL, [(None, {"i": np.array([index])})])
+def stream_then_read(worker: Channel, stub: Channel, replies: list[dict]) -> list[dict]:
+    """Send every reply of a stream (then FINAL) before the stub reads any; the tensors the stub received."""
+    for tensors in replies:
+        worker.send(protocol.PARTIAL, [(None, tensors)])
     worker.send(protocol.FINAL)
     received = []
     while True:
         kind, _, groups, _ = stub.recv()
         if kind == protocol.FINAL:
-            break
-        received.append(int(groups[0]["i"][0]))
-    assert received == [0, 1, 2, 3, 4]
+            return received
+        received.append(groups[0])
+
+
+def test_several_messages_in_flight_arrive_in_order(pair):
+    stub, worker = pair
+    received = stream_then_read(worker, stub, [{"i": np.array([index])} for index in range(5)])
+    assert [int(tensors["i"][0]) for tensors in received] == [0, 1, 2, 3, 4]
 
 
 def test_a_stream_of_large_messages_read_late_arrives_intact(pair):
     """A decoupled model streams replies without waiting for the stub: each must keep its own data, even when
-    the stub reads them only after the worker has sent the next ones (and removed the regions' names)."""
+    the stub reads them only after the worker has sent the next ones."""
     stub, worker = pair
     x = np.random.default_rng(2).random(LARGE, dtype=np.float32)
-    for factor in range(1, 4):
-        worker.send(protocol.PARTIAL, [(None, {"y": x * factor})])
-    worker.send(protocol.FINAL)
-    received = []
-    while True:
-        kind, _, groups, _ = stub.recv()
-        if kind == protocol.FINAL:
-            break
-        received.append(groups[0]["y"])
+    received = stream_then_read(worker, stub, [{"y": x * factor} for factor in range(1, 4)])
     assert len(received) == 3
-    for factor, y in enumerate(received, start=1):
-        np.testing.assert_array_equal(y, x * factor, err_msg=f"reply {factor}")
+    for factor, tensors in enumerate(received, start=1):
+        np.testing.assert_array_equal(tensors["y"], x * factor, err_msg=f"reply {factor}")
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(worker._region_prefix)]  # all mapped
     # The stub's next request answers the stream: the worker's next reply takes its region from the start.
     stub.send(protocol.INFER, [((None, None), {"x": x})])
