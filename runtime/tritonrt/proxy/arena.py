@@ -81,7 +81,8 @@ def install(channel: Channel) -> bool:
         return moved
 
     def on_free(_, address, size):
-        if address and not release(address):
+        # numpy passes the block's size: a small one never came from the region, so the lock is not needed
+        if address and (size < SHM_THRESHOLD or not release(address)):
             free(address)
 
     callbacks = (_MALLOC(on_malloc), _CALLOC(on_calloc), _REALLOC(on_realloc), _FREE(on_free))

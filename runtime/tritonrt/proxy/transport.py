@@ -92,6 +92,13 @@ def _bytes_view(data) -> memoryview:
     return memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
 
 
+def _end_of(runs: dict[str, list], start: int) -> int:
+    """Where runs of ``(meta, data)`` laid out from ``start``, each run aligned, end."""
+    for run in runs.values():
+        start = -(-start // _ALIGN) * _ALIGN + sum(meta[5] for meta, _ in run)
+    return start
+
+
 class PeerGone(ConnectionError):
     """The other side closed the connection (its process stopped or died)."""
 
@@ -152,7 +159,6 @@ class Channel:
         self._out_base: np.ndarray | None = None  # the outgoing region as uint8, the base of views into it
         self._in: _Region | None = None
         self._in_base: np.ndarray | None = None  # the same for the peer's region
-        self._in_bounds: tuple[int, int] | None = None  # addresses of the peer's region in this process
         self._buffer = bytearray(1 << 16)
         self._carry = b""  # bytes read past the end of the last message
         self._last_used_region = False  # the last message received had tensors in the peer's region
@@ -242,15 +248,11 @@ class Channel:
 
     def _lay_out(self, runs: dict[str, list], placed: list) -> str:
         out = self._out
-        start = -(-out.top // _ALIGN) * _ALIGN if out is not None else 0
-        size = start
-        for run in runs.values():
-            size = -(-size // _ALIGN) * _ALIGN + sum(meta[5] for meta, _ in run)
-        if out is None or size > out.size:
+        start = out.top if out is not None else 0
+        if out is None or _end_of(runs, start) > out.size:
             for name, meta, data in placed:
                 runs.setdefault(name, []).append((meta, data))
-            size = sum(-(-sum(meta[5] for meta, _ in run) // _ALIGN) * _ALIGN for run in runs.values())
-            out, start = self._new_out_region(size), 0
+            out, start = self._new_out_region(_end_of(runs, 0)), 0
         for run in runs.values():
             start = -(-start // _ALIGN) * _ALIGN
             for meta, data in run:
@@ -263,13 +265,9 @@ class Channel:
 
     def _peer_offset(self, array: np.ndarray) -> int | None:
         """The offset of ``array`` in the peer's region when it lies there (an input sent back): no copy."""
-        if self._in_bounds is None or array.base is not self._in_base:  # numpy collapses views' bases
+        if self._in is None or array.base is not self._in_base:  # numpy collapses views' bases
             return None
-        start, end = self._in_bounds
-        address = data_address(array)
-        if start <= address and address + array.nbytes <= end:
-            return address - start
-        return None
+        return self._in.offset_of(array, array.nbytes)
 
     def _send_rest(self, buffers: list, sent: int) -> None:
         """Finish a partial ``sendmsg`` (the message was larger than the socket's buffer)."""
@@ -470,8 +468,6 @@ class Channel:
             self._in = _Region(name, 0, create=False)
             (_SHM_DIR / name).unlink(missing_ok=True)  # mapped: the name is no longer needed
             self._in_base = np.frombuffer(self._in.map, np.uint8)
-            start = data_address(self._in_base)
-            self._in_bounds = (start, start + self._in.size)
         return self._in_base
 
     def close(self) -> None:
@@ -479,7 +475,7 @@ class Channel:
         self._region_prefix = None  # allocate no more
         self.retire_out_region()
         self._unlink_retired()
-        self._in = self._in_base = self._in_bounds = None
+        self._in = self._in_base = None
         try:
             self._sock.close()
         except OSError:
