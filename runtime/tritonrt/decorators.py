@@ -31,7 +31,8 @@ import wrapt
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from tritonrt.memory import data_address
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.checks import dtype_matches, shape_matches
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.proxy.types import ModelConfigDict, TritonContext
 
 __all__ = [
@@ -620,17 +621,6 @@ class ConstantPadder:
 # --- decorators that need the model config ---------------------------------------------------------------
 
 
-def _dtype_matches(have: np.dtype, expected: Any) -> bool:
-    expected = np.dtype(expected)
-    if expected.kind in "SO":  # Triton BYTES: bytes or object arrays
-        return have.kind in "SO"
-    return have == expected
-
-
-def _shape_matches(have: tuple, expected: tuple) -> bool:
-    return len(have) == len(expected) and all(e == -1 or h == e for h, e in zip(have, expected, strict=True))
-
-
 def _check_defaults(defaults: dict[str, np.ndarray], model_config: TritonModelConfig) -> None:
     specs = {spec.name: spec for spec in model_config.inputs}
     unknown = sorted(set(defaults) - set(specs))
@@ -642,7 +632,7 @@ def _check_defaults(defaults: dict[str, np.ndarray], model_config: TritonModelCo
     wrong_dtypes = [
         f"{name}: dtype={value.dtype} expected_dtype={np.dtype(specs[name].dtype)}"
         for name, value in defaults.items()
-        if not _dtype_matches(value.dtype, specs[name].dtype)
+        if not dtype_matches(specs[name].dtype, value.dtype)
     ]
     if wrong_dtypes:
         raise PyTritonBadParameterError(
@@ -652,7 +642,7 @@ def _check_defaults(defaults: dict[str, np.ndarray], model_config: TritonModelCo
     wrong_shapes = [
         f"{name}: shape={value.shape} expected_shape={specs[name].shape}"
         for name, value in defaults.items()
-        if not _shape_matches(value.shape, tuple(specs[name].shape))
+        if not shape_matches(specs[name].shape, value.shape)
     ]
     if wrong_shapes:
         raise PyTritonBadParameterError(

@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 
 from tritonrt.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.model_config.resolve import build_model_config, validate_model_name
 from tritonrt.models import repository
 from tritonrt.models.bound import BoundModel
-from tritonrt.models.config import build_model_config, validate_model_name
 from tritonrt.proxy.types import TritonContext
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi

@@ -16,7 +16,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientModelDoesntSupportBatchingError,
     PyTritonClientValueError,
 )
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 CONFIG = TritonModelConfig(
     model_name="adder",

@@ -17,7 +17,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 ALL_CLIENTS = [ModelClient, FuturesModelClient, AsyncioModelClient, DecoupledModelClient, AsyncioDecoupledModelClient]
 X = np.array([1.0], np.float32)

@@ -16,7 +16,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 pytestmark = pytest.mark.integration
 

@@ -3,8 +3,8 @@
 import numpy as np
 import tritonclient.utils
 
-from tritonrt.client.model_config_parser import parse_model_config
 from tritonrt.model_config import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
+from tritonrt.model_config.parser import parse_model_config
 
 # As GET /v2/models/<name>/config returns it over HTTP (every field present).
 HTTP_CONFIG = {

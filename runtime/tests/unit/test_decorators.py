@@ -30,7 +30,7 @@ from tritonrt.decorators import (
 )
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from tritonrt.model_config.common import DynamicBatcher
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 from tritonrt.proxy.types import Request
 
 

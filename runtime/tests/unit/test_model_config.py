@@ -7,15 +7,15 @@ import pytest
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from tritonrt.model_config import DeviceKind, DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
-from tritonrt.models.config import build_model_config, validate_model_name
-from tritonrt.models.dtypes import (
+from tritonrt.model_config.dtypes import (
     from_kserve_datatype,
     from_triton_config_type,
     normalize_dtype,
     to_kserve_datatype,
     to_triton_config_type,
 )
-from tritonrt.models.spec import TensorSpec
+from tritonrt.model_config.resolve import build_model_config, validate_model_name
+from tritonrt.model_config.triton_model_config import TensorSpec
 
 # ---------------------------------------------------------------------------------------------- dtypes
 

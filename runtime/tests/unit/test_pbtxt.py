@@ -8,9 +8,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonrt.model_config import DeviceKind, DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
-from tritonrt.models.config import build_model_config
-from tritonrt.models.pbtxt import quote, render_pbtxt
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.pbtxt import quote, render_pbtxt
+from tritonrt.model_config.resolve import build_model_config
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 
 def parse(text: str) -> model_config_pb2.ModelConfig:

@@ -14,7 +14,7 @@ import pytest
 
 from tritonrt.decorators import batch
 from tritonrt.memory import data_address
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 from tritonrt.proxy import arena, protocol, transport
 from tritonrt.proxy.transport import SHM_THRESHOLD, Channel, PeerGone
 from tritonrt.proxy.worker import CallableWorker

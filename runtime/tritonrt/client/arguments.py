@@ -19,9 +19,8 @@ from tritonrt.client.exceptions import (
     PyTritonClientModelDoesntSupportBatchingError,
     PyTritonClientValueError,
 )
-from tritonrt.models.spec import TritonModelConfig
-
-_BYTES_KINDS = ("S", "O", "U")
+from tritonrt.model_config.dtypes import is_bytes_dtype
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 
 def verify_inputs_args(inputs: tuple, named_inputs: Mapping[str, Any]) -> None:
@@ -132,8 +131,8 @@ def _check_array(model: str, name: str, value: Any, expected: type) -> np.ndarra
             "(e.g. np.asarray(value, dtype=...))."
         )
     expected_dtype = np.dtype(expected)
-    if expected_dtype.kind in ("S", "O"):
-        if value.dtype.kind not in _BYTES_KINDS:
+    if is_bytes_dtype(expected_dtype):
+        if not is_bytes_dtype(value.dtype):
             raise PyTritonClientValueError(
                 f"Input {name!r} of model {model!r} holds bytes but got dtype {value.dtype}; pass an array "
                 "of bytes (np.bytes_ or object) or of str."

@@ -18,10 +18,10 @@ from tritonrt.client.arguments import InferCall
 from tritonrt.client.async_transport import AsyncGrpcTransport, make_async_transport
 from tritonrt.client.client import config_as_json
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
-from tritonrt.client.model_config_parser import parse_model_config
 from tritonrt.client.readiness import async_wait_for_model_ready
 from tritonrt.client.transport_client import TransportClient
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.parser import parse_model_config
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 
 class AsyncioModelClient(TransportClient):

@@ -13,7 +13,7 @@ from typing import Any
 
 from tritonrt.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
 from tritonrt.client.url import TritonUrl
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 DEFAULT_INIT_TIMEOUT_S = 300.0
 DEFAULT_INFERENCE_TIMEOUT_S = 60.0

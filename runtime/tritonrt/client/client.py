@@ -19,10 +19,10 @@ from tritonrt.client.arguments import InferCall
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientValueError
 from tritonrt.client.grpc_transport import GrpcTransport
 from tritonrt.client.http_transport import HttpTransport
-from tritonrt.client.model_config_parser import parse_model_config
 from tritonrt.client.readiness import wait_for_model_ready
 from tritonrt.client.transport_client import TransportClient
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.parser import parse_model_config
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 
 def config_as_json(config: str | Mapping[str, Any] | None) -> str | None:

@@ -24,7 +24,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientQueueFullError,
     PyTritonClientValueError,
 )
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 
 def _positive_int(value: int | None, name: str) -> int | None:

@@ -28,7 +28,7 @@ from tritonrt.client.arguments import (
 from tritonrt.client.base import ClientBase, ClientSettings
 from tritonrt.client.exceptions import PyTritonClientValueError
 from tritonrt.client.request import InferRequest
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 
 class TransportClient(ClientBase):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable, Sequence
 
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.proxy.worker import CallableWorker
 
 

@@ -18,11 +18,6 @@ INFER, OK, PARTIAL, FINAL, ERROR = "infer", "ok", "partial", "final", "error"
 _LENGTH = struct.Struct("<I")
 
 
-def is_bytes_dtype(dtype: np.dtype) -> bool:
-    """True for dtypes that travel as Triton BYTES (object, bytes_, str_)."""
-    return dtype.kind in "OSU"
-
-
 def encode_bytes_array(array: np.ndarray) -> bytes:
     """Serialize an array of bytes/str objects as Triton does: a 4-byte length before each element."""
     parts = []

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from tritonrt.memory import data_address
-from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array, is_bytes_dtype
+from tritonrt.model_config.dtypes import is_bytes_dtype
+from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array
 
 SHM_THRESHOLD = 64 << 10
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 
 class Request(MutableMapping):

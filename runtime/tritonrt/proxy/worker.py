@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
-from tritonrt.models.spec import TritonModelConfig
+from tritonrt.model_config.checks import validate_outputs
+from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.proxy import protocol
 from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
-from tritonrt.proxy.validation import validate_outputs
 
 LOGGER = logging.getLogger("tritonrt.proxy")
 

@@ -8,6 +8,8 @@ Example::
     'BYTES'
     >>> from_kserve_datatype("BYTES")
     <class 'numpy.object_'>
+    >>> is_bytes_dtype(np.dtype("U5"))
+    True
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tritonrt.exceptions import PyTritonBadParameterError
+
+__all__ = [
+    "BYTES_KINDS",
+    "SUPPORTED_DTYPES",
+    "from_kserve_datatype",
+    "from_triton_config_type",
+    "is_bytes_dtype",
+    "normalize_dtype",
+    "to_kserve_datatype",
+    "to_triton_config_type",
+]
 
 
 class _TypeNames(NamedTuple):
@@ -53,6 +66,22 @@ SUPPORTED_DTYPES = (
     "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64, "
     "bytes (np.bytes_) and object (np.object_, for arbitrary bytes)"
 )
+
+
+# The one rule for Triton BYTES: arrays of these numpy kinds (object, bytes_, str_) carry a BYTES tensor; str
+# items travel UTF-8 encoded. A tensor is *declared* BYTES with np.bytes_ or object only (see normalize_dtype).
+BYTES_KINDS = "OSU"
+
+
+def is_bytes_dtype(dtype: np.dtype) -> bool:
+    """True for the dtypes of arrays that carry a Triton BYTES tensor: object, bytes_ and str_ arrays.
+
+    Example::
+
+        >>> is_bytes_dtype(np.dtype(object)), is_bytes_dtype(np.dtype(np.uint8))
+        (True, False)
+    """
+    return dtype.kind in BYTES_KINDS
 
 
 def _lookup(dtype: Any, tensor_name: str | None) -> _TypeNames:

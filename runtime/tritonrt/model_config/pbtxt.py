@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy
-from tritonrt.models.dtypes import to_triton_config_type
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.dtypes import to_triton_config_type
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 _INDENT = "  "
 _ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}

@@ -27,10 +27,10 @@ from typing import Any
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
+from tritonrt.model_config.dtypes import normalize_dtype
 from tritonrt.model_config.model_config import ModelConfig
 from tritonrt.model_config.tensor import Tensor
-from tritonrt.models.dtypes import normalize_dtype
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 _MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 _INT32_MAX = 2**31 - 1

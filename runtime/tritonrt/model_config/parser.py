@@ -18,8 +18,8 @@ import tritonclient.utils
 
 from tritonrt.exceptions import PyTritonBadParameterError
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
-from tritonrt.models.dtypes import from_triton_config_type
-from tritonrt.models.spec import TensorSpec, TritonModelConfig
+from tritonrt.model_config.dtypes import from_triton_config_type
+from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 
 def parse_model_config(config: dict[str, Any], model_version: int | None = None) -> TritonModelConfig:
