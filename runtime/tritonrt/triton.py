@@ -29,12 +29,12 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
+from tritonrt.context import TritonContext, bind_triton_context
 from tritonrt.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.model_config.resolve import build_model_config, validate_model_name
 from tritonrt.models import repository
 from tritonrt.models.bound import BoundModel
-from tritonrt.proxy.types import TritonContext
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
@@ -133,8 +133,6 @@ class _ModelHost:
                 raise PyTritonInvalidOperationError(
                     f"A model named {model_name!r} is already bound; choose another name."
                 )
-            from tritonrt.decorators import bind_triton_context
-
             for infer_callable in callables:
                 bind_triton_context(infer_callable, self.triton_context)
                 self.triton_context.model_configs[infer_callable] = model_config

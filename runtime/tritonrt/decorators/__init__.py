@@ -1,0 +1,70 @@
+"""Decorators that adapt an inference callable to the shape of data it wants (PyTriton 0.7 compatible).
+
+An inference callable bound with ``Triton.bind`` receives a list of requests (each a mapping of input
+name to numpy array) and returns one response dict per request. The decorators convert between that and
+more convenient forms, e.g. one batch of keyword arguments::
+
+    import numpy as np
+    from tritonrt.decorators import batch, first_value
+
+    @batch
+    @first_value("temperature")
+    def infer(prompts: np.ndarray, temperature: np.float32):
+        return {"text": generate(prompts, temperature)}
+
+They wrap functions, methods and callable objects alike (built on ``wrapt``), and pass ``async def``
+callables, generators and async generators (decoupled streaming models) through: the result of a
+decorated callable is then an awaitable, a generator or an async generator of converted results.
+
+The package is split by topic: :mod:`~tritonrt.decorators.batching` (@batch, @sample, @pad_batch),
+:mod:`~tritonrt.decorators.grouping` (@group_by_keys, @group_by_values, ConstantPadder),
+:mod:`~tritonrt.decorators.inputs` (@fill_optionals, @first_value, @triton_context) and
+:mod:`~tritonrt.decorators.outputs` (convert_output); the callable's context lives in :mod:`tritonrt.context`.
+Import everything from here, as from ``pytriton.decorators``.
+"""
+
+from tritonrt.context import (
+    TRITON_CONTEXT_FIELD_NAME,
+    ModelConfigDict,
+    TritonContext,
+    bind_triton_context,
+    get_model_config,
+    get_triton_context,
+)
+from tritonrt.decorators._common import (
+    InferenceRequest,
+    InferenceRequests,
+    InferenceResult,
+    InferenceResults,
+    InputNames,
+    get_inference_request_batch_size,
+)
+from tritonrt.decorators.batching import batch, pad_batch, sample
+from tritonrt.decorators.grouping import ConstantPadder, group_by_keys, group_by_values
+from tritonrt.decorators.inputs import fill_optionals, first_value, triton_context
+from tritonrt.decorators.outputs import convert_output
+
+__all__ = [
+    "ConstantPadder",
+    "InferenceRequest",
+    "InferenceRequests",
+    "InferenceResult",
+    "InferenceResults",
+    "InputNames",
+    "ModelConfigDict",
+    "TRITON_CONTEXT_FIELD_NAME",
+    "TritonContext",
+    "batch",
+    "bind_triton_context",
+    "convert_output",
+    "fill_optionals",
+    "first_value",
+    "get_inference_request_batch_size",
+    "get_model_config",
+    "get_triton_context",
+    "group_by_keys",
+    "group_by_values",
+    "pad_batch",
+    "sample",
+    "triton_context",
+]
