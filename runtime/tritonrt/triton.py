@@ -29,6 +29,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
+from tritonrt._access import GRPC_ACCESS_HEADER, TRITON_ACCESS_HEADER
 from tritonrt.context import TritonContext, bind_triton_context
 from tritonrt.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
@@ -40,8 +41,6 @@ from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
 from tritonrt.server.config import (
     DEFAULT_PROTECTED_ENDPOINTS,
-    GRPC_ACCESS_HEADER,
-    TRITON_ACCESS_HEADER,
     VALID_TRITON_ENDPOINTS,
     TritonConfig,
     TritonSecurityConfig,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tritonrt.client.arguments import (
+from tritonrt.client._arguments import (
     add_batch_axis,
     headers_as_strings,
     map_inputs,

@@ -10,7 +10,7 @@ from tritonrt.client import (
     FuturesModelClient,
     ModelClient,
 )
-from tritonrt.client.base import ClientSettings
+from tritonrt.client._core import ClientSettings
 from tritonrt.client.exceptions import (
     PyTritonClientClosedError,
     PyTritonClientInvalidUrlError,

@@ -3,13 +3,12 @@
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from tritonrt.client.errors import ServerUnreachableError, from_tritonclient, server_error, timeout_error
+from tritonrt.client._transport import ServerUnreachableError, TritonUrl, from_tritonclient, server_error, timeout_error
 from tritonrt.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
 )
-from tritonrt.client.url import TritonUrl
 
 URL = TritonUrl.from_url("grpc://server:8001")
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from tritonrt.client._transport import TritonUrl
 from tritonrt.client.exceptions import PyTritonClientInvalidUrlError, PyTritonClientValueError
-from tritonrt.client.url import TritonUrl
 
 
 @pytest.mark.parametrize(

@@ -14,14 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.client.arguments import InferCall
-from tritonrt.client.async_transport import AsyncGrpcTransport, make_async_transport
-from tritonrt.client.client import config_as_json
+from tritonrt.client._arguments import InferCall
+from tritonrt.client._core import TransportClient, config_as_json
+from tritonrt.client._grpc import AsyncGrpcTransport
+from tritonrt.client._http import AsyncHttpTransport
+from tritonrt.client._readiness import async_wait_for_model_ready
+from tritonrt.client._transport import AsyncTransport
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
-from tritonrt.client.readiness import async_wait_for_model_ready
-from tritonrt.client.transport_client import TransportClient
 from tritonrt.model_config.parser import parse_model_config
 from tritonrt.model_config.triton_model_config import TritonModelConfig
+
+__all__ = ["AsyncioDecoupledModelClient", "AsyncioModelClient"]
 
 
 class AsyncioModelClient(TransportClient):
@@ -38,9 +41,12 @@ class AsyncioModelClient(TransportClient):
             outputs = await client.infer_batch(input_ids=ids)
     """
 
+    _transport: AsyncTransport
+
     def _open(self) -> None:
         self._init_lock = asyncio.Lock()
-        self._transport = make_async_transport(self._settings.url, self._settings.auth_headers)
+        url, headers = self._settings.url, self._settings.auth_headers
+        self._transport = AsyncGrpcTransport(url, headers) if url.scheme == "grpc" else AsyncHttpTransport(url, headers)
 
     async def __aenter__(self) -> AsyncioModelClient:
         if not self._lazy_init:
@@ -195,8 +201,7 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
     async def _stream(self, call: InferCall) -> AsyncIterator[dict[str, np.ndarray]]:
         config = await self._ensure_model_config()
         request = self._request(config, call)
-        transport: AsyncGrpcTransport = self._transport  # type: ignore[assignment]
-        responses = transport.stream_infer(request, self._settings.inference_timeout_s)
+        responses = self._transport.stream_infer(request, self._settings.inference_timeout_s)
         try:
             async for outputs in responses:
                 yield self._finish(config, outputs, sample=call.sample)

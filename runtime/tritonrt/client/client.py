@@ -8,32 +8,23 @@ Example::
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from tritonrt.client.arguments import InferCall
-from tritonrt.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientValueError
-from tritonrt.client.grpc_transport import GrpcTransport
-from tritonrt.client.http_transport import HttpTransport
-from tritonrt.client.readiness import wait_for_model_ready
-from tritonrt.client.transport_client import TransportClient
+from tritonrt.client._arguments import InferCall
+from tritonrt.client._core import TransportClient, config_as_json
+from tritonrt.client._grpc import GrpcTransport
+from tritonrt.client._http import HttpTransport
+from tritonrt.client._readiness import wait_for_model_ready
+from tritonrt.client._transport import Transport
+from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.model_config.parser import parse_model_config
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
-
-def config_as_json(config: str | Mapping[str, Any] | None) -> str | None:
-    """A load request's model config as the JSON string Triton expects."""
-    if config is None or isinstance(config, str):
-        return config
-    if isinstance(config, Mapping):
-        return json.dumps(config)
-    raise PyTritonClientValueError(
-        f"config must be a JSON string or a dict of a Triton model config, got {type(config).__name__}."
-    )
+__all__ = ["DecoupledModelClient", "ModelClient"]
 
 
 class ModelClient(TransportClient):
@@ -69,10 +60,12 @@ class ModelClient(TransportClient):
             model was not ready in time or is not available.
     """
 
+    _transport: Transport
+
     def _open(self) -> None:
         self._init_lock = threading.Lock()
-        transport_class = GrpcTransport if self._settings.url.scheme == "grpc" else HttpTransport
-        self._transport = transport_class(self._settings.url, self._settings.auth_headers)
+        url, headers = self._settings.url, self._settings.auth_headers
+        self._transport = GrpcTransport(url, headers) if url.scheme == "grpc" else HttpTransport(url, headers)
 
     def _opened(self) -> None:
         if not self._lazy_init:
@@ -270,15 +263,14 @@ class DecoupledModelClient(ModelClient):
     def _stream(self, call: InferCall) -> Iterator[dict[str, np.ndarray]]:
         config = self._ensure_model_config()
         request = self._request(config, call)
-        transport: GrpcTransport = self._transport  # type: ignore[assignment]
-        responses = transport.stream_infer(request, self._settings.inference_timeout_s)
+        responses = self._transport.stream_infer(request, self._settings.inference_timeout_s)
         return self._debatched(config, responses, sample=call.sample)
 
     def _debatched(
-        self, config: TritonModelConfig, responses: Iterator[dict[str, np.ndarray]], *, sample: bool
+        self, config: TritonModelConfig, responses: Generator[dict[str, np.ndarray], None, None], *, sample: bool
     ) -> Iterator[dict[str, np.ndarray]]:
         try:
             for outputs in responses:
                 yield self._finish(config, outputs, sample=sample)
         finally:
-            responses.close()  # type: ignore[attr-defined]  # cancels the stream when the caller stops early
+            responses.close()  # cancels the stream when the caller stops early

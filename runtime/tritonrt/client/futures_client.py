@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.client.base import ClientBase
+from tritonrt.client._core import ClientBase
 from tritonrt.client.client import ModelClient
 from tritonrt.client.exceptions import (
     PyTritonClientClosedError,
@@ -25,6 +25,8 @@ from tritonrt.client.exceptions import (
     PyTritonClientValueError,
 )
 from tritonrt.model_config.triton_model_config import TritonModelConfig
+
+__all__ = ["FuturesModelClient"]
 
 
 def _positive_int(value: int | None, name: str) -> int | None:
@@ -90,9 +92,8 @@ class FuturesModelClient(ClientBase):
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tritonrt-futures-client")
         self._closed = False
 
-    @property
-    def _model_config(self) -> TritonModelConfig | None:  # read by from_existing_client
-        return self._client._model_config
+    def _known_model_config(self) -> TritonModelConfig | None:
+        return self._client._known_model_config()
 
     def __enter__(self) -> FuturesModelClient:
         return self

@@ -7,8 +7,8 @@ import json
 import urllib.parse
 from collections.abc import Callable
 
+from tritonrt._access import access_headers
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
-from tritonrt.server.config import GRPC_ACCESS_HEADER, TRITON_ACCESS_HEADER
 
 _LOAD_TIMEOUT_S = 300
 
@@ -41,7 +41,7 @@ class ServerApi:
 
     def _http(self, method: str, path: str, timeout: float) -> tuple[int, str]:
         connection = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
-        headers = {TRITON_ACCESS_HEADER: self._token} if self._token else {}
+        headers = access_headers("http", self._token)
         try:
             connection.request(method, path, body=b"" if method == "POST" else None, headers=headers)
             response = connection.getresponse()
@@ -50,7 +50,7 @@ class ServerApi:
             connection.close()
 
     def _grpc_headers(self) -> dict[str, str]:
-        return {GRPC_ACCESS_HEADER: self._token} if self._token else {}
+        return access_headers("grpc", self._token)
 
     def is_live(self) -> bool:
         """True when the server answers its liveness check."""

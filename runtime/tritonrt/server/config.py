@@ -11,6 +11,7 @@ import types
 import typing
 from collections.abc import Sequence
 
+from tritonrt._access import TRITON_ACCESS_HEADER
 from tritonrt.exceptions import PyTritonValidationError
 
 LOGGER = logging.getLogger("tritonrt")
@@ -148,8 +149,6 @@ def _cast(name: str, hint, raw: str):
     return target(raw) if callable(target) else raw
 
 
-TRITON_ACCESS_HEADER = "triton-access-token"
-GRPC_ACCESS_HEADER = "triton-grpc-protocol-triton-access-token"
 VALID_TRITON_ENDPOINTS = (
     "health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics",
     "trace", "logging",

@@ -1,4 +1,5 @@
-"""Synchronous KServe v2 gRPC calls on tritonclient.grpc (thread-safe), plus decoupled streaming.
+"""KServe v2 over gRPC: :class:`GrpcTransport` (blocking, thread-safe) and :class:`AsyncGrpcTransport` (asyncio),
+both with the decoupled models' response streams.
 
 Example::
 
@@ -10,18 +11,30 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import queue
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
 from typing import Any
 
+import grpc
 import numpy as np
 import tritonclient.grpc
+import tritonclient.grpc.aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tritonrt.client.errors import call_error, from_tritonclient, timeout_error
+from tritonrt.client._transport import (
+    AsyncTransportBase,
+    InferRequest,
+    Outputs,
+    TritonUrl,
+    call_error,
+    from_tritonclient,
+    server_error,
+    timeout_error,
+)
 from tritonrt.client.exceptions import PyTritonClientTimeoutError, PyTritonClientValueError
-from tritonrt.client.request import InferRequest
-from tritonrt.client.url import TritonUrl
+
+__all__ = ["AsyncGrpcTransport", "GrpcTransport"]
 
 
 def build_grpc_inputs(named: Mapping[str, np.ndarray]) -> list[tritonclient.grpc.InferInput]:
@@ -34,7 +47,7 @@ def build_grpc_inputs(named: Mapping[str, np.ndarray]) -> list[tritonclient.grpc
     return inputs
 
 
-def grpc_outputs(result: Any) -> dict[str, np.ndarray]:
+def grpc_outputs(result: Any) -> Outputs:
     """The outputs of a tritonclient.grpc ``InferResult`` by name."""
     return {output.name: result.as_numpy(output.name) for output in result.get_response().outputs}
 
@@ -136,7 +149,7 @@ class GrpcTransport:
         """Ask the server to unload the model."""
         self._call("Unloading the model", model_name, timeout, self._client.unload_model, model_name)
 
-    def infer(self, request: InferRequest, timeout: float) -> dict[str, np.ndarray]:
+    def infer(self, request: InferRequest, timeout: float) -> Outputs:
         """Run one inference request and return its outputs by name."""
         result = self._call(
             "Inference",
@@ -148,7 +161,7 @@ class GrpcTransport:
         )
         return grpc_outputs(result)
 
-    def stream_infer(self, request: InferRequest, timeout: float) -> Iterator[dict[str, np.ndarray]]:
+    def stream_infer(self, request: InferRequest, timeout: float) -> Generator[Outputs, None, None]:
         """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
 
         tritonclient.grpc allows one stream per client, so each call opens its own client, closed when
@@ -189,3 +202,112 @@ class GrpcTransport:
             return method(*args, headers=headers, client_timeout=timeout, **kwargs)
         except InferenceServerException as error:
             raise call_error(error, url=self.url, action=action, model=model, timeout_s=timeout) from None
+
+
+class AsyncGrpcTransport(AsyncTransportBase):
+    """KServe v2 over gRPC with grpc.aio, including decoupled streaming; the asyncio twin of :class:`GrpcTransport`."""
+
+    def _make_client(self) -> Any:
+        return tritonclient.grpc.aio.InferenceServerClient(self.url.without_scheme)
+
+    def _deadline(self, timeout: float) -> dict[str, float]:
+        return {"client_timeout": timeout}
+
+    async def repository_index(self, timeout: float) -> list[dict[str, Any]]:
+        """Entries (name, version, state, reason) of the model repository index."""
+        index = await self._call(
+            "Reading the model repository index",
+            "",
+            timeout,
+            lambda: self.client.get_model_repository_index(
+                headers=self._headers(), as_json=True, client_timeout=timeout
+            ),
+        )
+        return index.get("models", [])
+
+    async def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
+        """The model's config as JSON (proto3 JSON)."""
+        response = await self._call(
+            "Reading the model config",
+            model_name,
+            timeout,
+            lambda: self.client.get_model_config(
+                model_name, model_version or "", headers=self._headers(), as_json=True, client_timeout=timeout
+            ),
+        )
+        return response["config"]
+
+    async def load_model(
+        self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float
+    ) -> None:
+        """Ask the server to load (or reload) the model."""
+        await self._call(
+            "Loading the model",
+            model_name,
+            timeout,
+            lambda: self.client.load_model(
+                model_name,
+                headers=self._headers(),
+                config=config,
+                files=dict(files) if files else None,
+                client_timeout=timeout,
+            ),
+        )
+
+    async def unload_model(self, model_name: str, timeout: float) -> None:
+        """Ask the server to unload the model."""
+        await self._call(
+            "Unloading the model",
+            model_name,
+            timeout,
+            lambda: self.client.unload_model(model_name, headers=self._headers(), client_timeout=timeout),
+        )
+
+    async def infer(self, request: InferRequest, timeout: float) -> Outputs:
+        """Run one inference request and return its outputs by name."""
+        result = await self._call(
+            "Inference",
+            request.model_name,
+            timeout,
+            lambda: self.client.infer(
+                **grpc_request(request), headers=self._headers(request.headers), client_timeout=timeout
+            ),
+        )
+        return grpc_outputs(result)
+
+    async def stream_infer(self, request: InferRequest, timeout: float) -> AsyncGenerator[Outputs, None]:
+        """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
+
+        The request stream ends after the one request; the server then closes the response stream once
+        the model sent its final response.
+        """
+        request_kwargs = grpc_request(request)
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield request_kwargs
+
+        try:  # stream_infer is a plain function returning an async iterator
+            responses = self.client.stream_infer(requests(), headers=self._headers(request.headers))
+        except InferenceServerException as error:
+            raise from_tritonclient(error, url=self.url, action="Inference", model=request.model_name) from None
+        try:
+            while True:
+                try:
+                    result, error = await asyncio.wait_for(anext(responses), timeout)
+                except TimeoutError:
+                    raise stream_timeout_error(self.url, timeout) from None
+                except StopAsyncIteration:
+                    return
+                except grpc.RpcError as rpc_error:
+                    raise server_error(
+                        str(rpc_error.details()),
+                        str(rpc_error.code()),
+                        url=self.url,
+                        action="Inference",
+                        model=request.model_name,
+                    ) from None
+                outputs = streamed_outputs(result, error, url=self.url, model=request.model_name)
+                if outputs is not None:
+                    yield outputs
+        finally:
+            responses.cancel()

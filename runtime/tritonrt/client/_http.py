@@ -1,10 +1,10 @@
-"""A thread-safe, gevent-free HTTP transport for the KServe v2 protocol.
+"""KServe v2 over HTTP: :class:`HttpTransport` (blocking, thread-safe) and :class:`AsyncHttpTransport` (asyncio).
 
-tritonclient.http runs on geventhttpclient, whose connections belong to the thread that made them.
-This transport sends requests with the standard library's ``http.client`` instead (a pool of keep-alive
+tritonclient.http runs on geventhttpclient, whose connections belong to the thread that made them. The
+blocking transport sends requests with the standard library's ``http.client`` instead (a pool of keep-alive
 connections, each used by one request at a time) and uses tritonclient.http only to encode and decode
-inference bodies, so one client can be shared by many threads. Every call takes its own timeout,
-sub-second ones included.
+inference bodies, so one client can be shared by many threads. The asyncio transport runs on
+tritonclient.http.aio (aiohttp). Every call takes its own timeout, sub-second ones included.
 
 Example::
 
@@ -15,22 +15,34 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import json
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Generator, Mapping
 from typing import Any
 
+import aiohttp
 import numpy as np
 import tritonclient.http
+import tritonclient.http.aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tritonrt.client.errors import server_error, timeout_error, unreachable_error
+from tritonrt.client._transport import (
+    AsyncTransportBase,
+    InferRequest,
+    Outputs,
+    TritonUrl,
+    grpc_only_error,
+    server_error,
+    timeout_error,
+    unreachable_error,
+)
 from tritonrt.client.exceptions import PyTritonClientValueError
-from tritonrt.client.request import InferRequest
-from tritonrt.client.url import TritonUrl
+
+__all__ = ["AsyncHttpTransport", "HttpTransport"]
 
 _STALE_CONNECTION_ERRORS = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 _HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -60,7 +72,7 @@ def requested_http_outputs(output_names: list[str]) -> list[tritonclient.http.In
     return [tritonclient.http.InferRequestedOutput(name, binary_data=True) for name in output_names]
 
 
-def http_outputs(result: Any) -> dict[str, np.ndarray]:
+def http_outputs(result: Any) -> Outputs:
     """The outputs of a tritonclient.http ``InferResult`` by name."""
     return {output["name"]: result.as_numpy(output["name"]) for output in result.get_response()["outputs"]}
 
@@ -121,7 +133,7 @@ class HttpTransport:
 
     # -- inference -------------------------------------------------------------------------------
 
-    def infer(self, request: InferRequest, timeout: float) -> dict[str, np.ndarray]:
+    def infer(self, request: InferRequest, timeout: float) -> Outputs:
         """Run one inference request and return its outputs by name."""
         try:
             body, json_size = tritonclient.http.InferenceServerClient.generate_request_body(
@@ -148,6 +160,10 @@ class HttpTransport:
             content_encoding=response_headers.get("Content-Encoding"),
         )
         return http_outputs(result)
+
+    def stream_infer(self, request: InferRequest, timeout: float) -> Generator[Outputs, None, None]:
+        """Not over HTTP: Triton streams decoupled responses over gRPC only."""
+        raise grpc_only_error(self.url, "Streaming the responses of a decoupled model")
 
     def close(self) -> None:
         """Close the idle connections now and the busy ones when their request ends."""
@@ -238,3 +254,71 @@ def _error_text(data: bytes) -> str:
         return str(json.loads(data)["error"])
     except (ValueError, KeyError, TypeError):
         return data.decode("utf-8", "replace") or "the server sent an empty error reply"
+
+
+class AsyncHttpTransport(AsyncTransportBase):
+    """KServe v2 over HTTP with aiohttp (tritonclient.http.aio); the asyncio twin of :class:`HttpTransport`."""
+
+    _unreachable = (aiohttp.ClientError, OSError)
+
+    def __init__(self, url: TritonUrl, auth_headers: Mapping[str, str]):
+        super().__init__(url, auth_headers)
+        self._sync = HttpTransport(url, auth_headers)
+
+    def _make_client(self) -> Any:
+        # Timeouts come from asyncio.wait_for; none in aiohttp itself.
+        return tritonclient.http.aio.InferenceServerClient(self.url.without_scheme, conn_timeout=None)
+
+    async def repository_index(self, timeout: float) -> list[dict[str, Any]]:
+        """Entries (name, version, state, reason) of the model repository index."""
+        return await self._call(
+            "Reading the model repository index",
+            "",
+            timeout,
+            lambda: self.client.get_model_repository_index(headers=self._headers()),
+        )
+
+    async def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
+        """The model's config as JSON."""
+        return await self._call(
+            "Reading the model config",
+            model_name,
+            timeout,
+            lambda: self.client.get_model_config(model_name, model_version or "", headers=self._headers()),
+        )
+
+    async def load_model(
+        self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float
+    ) -> None:
+        """Ask the server to load the model (in a thread, on the sync transport: rare, and it may be slow)."""
+        await asyncio.to_thread(self._sync.load_model, model_name, config, files, timeout)
+
+    async def unload_model(self, model_name: str, timeout: float) -> None:
+        """Ask the server to unload the model."""
+        await asyncio.to_thread(self._sync.unload_model, model_name, timeout)
+
+    async def infer(self, request: InferRequest, timeout: float) -> Outputs:
+        """Run one inference request and return its outputs by name."""
+        result = await self._call(
+            "Inference",
+            request.model_name,
+            timeout,
+            lambda: self.client.infer(
+                request.model_name,
+                build_http_inputs(request.inputs),
+                model_version=request.version_or_empty,
+                outputs=requested_http_outputs(request.output_names),
+                headers=self._headers(request.headers),
+                parameters=request.parameters_dict,
+            ),
+        )
+        return http_outputs(result)
+
+    def stream_infer(self, request: InferRequest, timeout: float) -> AsyncGenerator[Outputs, None]:
+        """Not over HTTP: Triton streams decoupled responses over gRPC only."""
+        raise grpc_only_error(self.url, "Streaming the responses of a decoupled model")
+
+    async def close(self) -> None:
+        """Close the aiohttp session and the connections of load/unload calls."""
+        await super().close()
+        self._sync.close()

@@ -22,6 +22,17 @@ from tritonrt.client.exceptions import (
 from tritonrt.model_config.dtypes import is_bytes_dtype
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
+__all__ = [
+    "InferCall",
+    "add_batch_axis",
+    "headers_as_strings",
+    "map_inputs",
+    "remove_batch_axis",
+    "require_batching",
+    "verify_inputs_args",
+    "verify_parameters",
+]
+
 
 def verify_inputs_args(inputs: tuple, named_inputs: Mapping[str, Any]) -> None:
     """Raise PyTritonClientValueError when no inputs are given, or positional and named ones are mixed."""

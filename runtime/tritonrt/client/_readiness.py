@@ -18,13 +18,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tritonrt.client.errors import ServerUnreachableError
+from tritonrt.client._transport import AsyncTransport, ServerUnreachableError, Transport, TritonUrl
 from tritonrt.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
 )
-from tritonrt.client.url import TritonUrl
+
+__all__ = ["async_wait_for_model_ready", "wait_for_model_ready"]
 
 _FIRST_INTERVAL_S = 0.05
 _MAX_INTERVAL_S = 0.5
@@ -120,7 +121,7 @@ class _Wait:
             )
 
 
-def wait_for_model_ready(transport: Any, model_name: str, model_version: str | None, timeout_s: float) -> None:
+def wait_for_model_ready(transport: Transport, model_name: str, model_version: str | None, timeout_s: float) -> None:
     """Block until the server is live and the model ready.
 
     Raises:
@@ -140,7 +141,7 @@ def wait_for_model_ready(transport: Any, model_name: str, model_version: str | N
 
 
 async def async_wait_for_model_ready(
-    transport: Any, model_name: str, model_version: str | None, timeout_s: float
+    transport: AsyncTransport, model_name: str, model_version: str | None, timeout_s: float
 ) -> None:
     """The asyncio version of ``wait_for_model_ready``."""
     wait = _Wait(transport.url, model_name, model_version, timeout_s)
