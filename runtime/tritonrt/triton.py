@@ -160,7 +160,7 @@ class _ModelHost:
     def _prepare(self, model: BoundModel) -> None:
         model.attach(self._socket_dir, os.getpid(), self._shm_prefix)
         repository.write_model(self._model_repository(), model.config, *self._import_paths)
-        model.start(self._socket_dir, self._shm_prefix, self._on_unrecoverable)
+        model.start(self._on_unrecoverable)
 
     def _deploy(self, model: BoundModel) -> None:
         self._prepare(model)

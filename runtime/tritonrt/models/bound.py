@@ -6,13 +6,16 @@ import pathlib
 from collections.abc import Callable, Sequence
 
 from tritonrt.model_config.triton_model_config import TritonModelConfig
+from tritonrt.proxy.protocol import ModelConnection
 from tritonrt.proxy.worker import CallableWorker
+
+__all__ = ["BoundModel"]
 
 
 class BoundModel:
     """The user-side half of one model: one :class:`CallableWorker` per inference callable.
 
-    The proxy model instances find the workers through ``backend_parameters`` written into config.pbtxt.
+    The proxy model instances find the workers through the :class:`ModelConnection` written into config.pbtxt.
     """
 
     def __init__(self, config: TritonModelConfig, callables: Sequence[Callable], strict: bool, key: str):
@@ -21,29 +24,28 @@ class BoundModel:
         self.strict = strict
         self.key = key
         self._workers: list[CallableWorker] = []
+        self._connection: ModelConnection | None = None
 
     @property
     def name(self) -> str:
         return self.config.model_name
 
     def attach(self, socket_dir: pathlib.Path, owner_pid: int, shm_prefix: str) -> None:
-        """Record where the proxy finds the workers (call before writing config.pbtxt)."""
-        self.config.backend_parameters.update(
-            tritonrt_shm_prefix=shm_prefix,
-            tritonrt_socket_dir=str(socket_dir),
-            tritonrt_model_key=self.key,
-            tritonrt_instances=str(len(self.callables)),
-            tritonrt_owner_pid=str(owner_pid),
-        )
+        """Record where the proxy finds the workers (call before writing config.pbtxt and before :meth:`start`)."""
+        self._connection = ModelConnection(socket_dir, self.key, len(self.callables), owner_pid, shm_prefix)
+        self.config.backend_parameters.update(self._connection.backend_parameters())
 
-    def start(self, socket_dir: pathlib.Path, shm_prefix: str, on_unrecoverable: Callable[[str], None]) -> None:
-        """Bind the workers' sockets and start their threads."""
+    def start(self, on_unrecoverable: Callable[[str], None]) -> None:
+        """Bind the workers' sockets (where :meth:`attach` said) and start their threads."""
+        connection = self._connection
+        if connection is None:
+            raise RuntimeError("BoundModel.start() before attach(): attach the model first")
         for index, infer_callable in enumerate(self.callables):
             # Streamed replies go inline: the stub may still read one while the next is written.
-            region_prefix = None if self.config.decoupled else f"{shm_prefix}{self.key}_{index}_resp_"
+            region_prefix = None if self.config.decoupled else connection.reply_region_prefix(index)
             worker = CallableWorker(
                 infer_callable,
-                socket_dir / f"{self.key}.{index}.sock",
+                connection.socket_path(index),
                 self.config,
                 strict=self.strict,
                 region_prefix=region_prefix,

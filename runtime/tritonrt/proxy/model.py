@@ -7,7 +7,6 @@ Triton loads it through the ``model.py`` shim that tritonrt writes into the mode
 from __future__ import annotations
 
 import json
-import pathlib
 import socket
 
 import numpy as np
@@ -16,9 +15,7 @@ import triton_python_backend_utils as pb_utils  # provided by the stub, importab
 from tritonrt.proxy import arena, protocol
 from tritonrt.proxy.transport import SPIN_S, Channel, PeerGone
 
-
-def _parameter(config: dict, key: str) -> str:
-    return config["parameters"][key]["string_value"]
+__all__ = ["TritonPythonModel"]
 
 
 class TritonPythonModel:
@@ -33,15 +30,13 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self._name = config["name"]
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self._owner_pid = int(_parameter(config, "tritonrt_owner_pid"))
-        socket_dir = pathlib.Path(_parameter(config, "tritonrt_socket_dir"))
-        key = _parameter(config, "tritonrt_model_key")
-        count = int(_parameter(config, "tritonrt_instances"))
-        index = self._instance_index(args["model_instance_name"], count)
+        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        connection = protocol.ModelConnection.from_backend_parameters(parameters)
+        self._owner_pid = connection.owner_pid
+        index = self._instance_index(args["model_instance_name"], connection.instances)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(socket_dir / f"{key}.{index}.sock"))
-        region_prefix = f"{_parameter(config, 'tritonrt_shm_prefix')}{key}_{index}_req_"
-        self._channel = Channel(sock, region_prefix, SPIN_S)
+        sock.connect(str(connection.socket_path(index)))
+        self._channel = Channel(sock, connection.request_region_prefix(index), SPIN_S)
         arena.install(self._channel)  # the stub's copies of large inputs land where they are sent from
 
     def _instance_index(self, instance_name: str, count: int) -> int:

@@ -25,6 +25,8 @@ from tritonrt.proxy import protocol
 from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
 
+__all__ = ["CallableWorker"]
+
 LOGGER = logging.getLogger("tritonrt.proxy")
 
 
@@ -42,7 +44,7 @@ class CallableWorker(threading.Thread):
         model_config: TritonModelConfig,
         *,
         strict: bool,
-        region_prefix: str,
+        region_prefix: str | None,
         on_unrecoverable: Callable[[str], None],
     ):
         super().__init__(name=f"tritonrt-{model_config.model_name}-{path.stem}", daemon=True)
