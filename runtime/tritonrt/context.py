@@ -52,13 +52,14 @@ class ModelConfigDict(MutableMapping):
         configs[model.infer] is triton_model_config  # also from inside @batch on Model.infer
     """
 
-    def __init__(self):
-        self._data: dict[tuple, TritonModelConfig] = {}
-        self._keys: dict[tuple, Callable] = {}  # holds the callables, so their ids stay theirs
+    def __init__(self) -> None:
+        self._data: dict[tuple[int, ...], TritonModelConfig] = {}
+        self._keys: dict[tuple[int, ...], Callable] = {}  # holds the callables, so their ids stay theirs
 
     @staticmethod
-    def _key(infer_callable: Callable) -> tuple:
-        target, seen = infer_callable, set()
+    def _key(infer_callable: Callable) -> tuple[int, ...]:
+        target: Any = infer_callable
+        seen: set[int] = set()
         while id(target) not in seen:
             seen.add(id(target))
             if inspect.ismethod(target):  # also true for wrapt's bound wrappers
@@ -112,10 +113,12 @@ def bind_triton_context(infer_callable: Callable, context: TritonContext) -> Non
         bind_triton_context(infer, context)
         context.model_configs[infer] = triton_model_config
     """
+    targets: list[object]
     if inspect.ismethod(infer_callable):  # also true for a wrapt-decorated method
         targets = [infer_callable.__self__]
     else:
-        targets, layer = [], infer_callable
+        targets = []
+        layer: Any = infer_callable
         while layer is not None and all(layer is not target for target in targets):
             targets.append(layer)
             layer = getattr(layer, "__wrapped__", None)

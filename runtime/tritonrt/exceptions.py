@@ -1,5 +1,16 @@
 """Exceptions raised by tritonrt, named as in PyTriton so that ``except`` clauses carry over."""
 
+__all__ = [
+    "MessageError",
+    "PyTritonBadParameterError",
+    "PyTritonError",
+    "PyTritonInvalidOperationError",
+    "PyTritonModelConfigError",
+    "PyTritonRuntimeError",
+    "PyTritonUnrecoverableError",
+    "PyTritonValidationError",
+]
+
 
 class MessageError(Exception):
     """An exception whose text is kept in ``message`` (the base of the runtime's and the clients' errors)."""

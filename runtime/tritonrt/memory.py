@@ -6,6 +6,8 @@ import ctypes
 
 import numpy as np
 
+__all__ = ["data_address"]
+
 
 def data_address(array: np.ndarray) -> int:
     """The address of ``array``'s first byte.

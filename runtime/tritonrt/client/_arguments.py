@@ -141,7 +141,7 @@ def _check_array(model: str, name: str, value: Any, expected: type) -> np.ndarra
             f"Input {name!r} of model {model!r} is a {type(value).__name__}; pass a numpy array "
             "(e.g. np.asarray(value, dtype=...))."
         )
-    expected_dtype = np.dtype(expected)
+    expected_dtype: np.dtype = np.dtype(expected)
     if is_bytes_dtype(expected_dtype):
         if not is_bytes_dtype(value.dtype):
             raise PyTritonClientValueError(

@@ -176,8 +176,8 @@ class GrpcTransport:
             )
             try:
                 client.async_stream_infer(**grpc_request(request), enable_empty_final_response=True)
-            except InferenceServerException as error:
-                raise PyTritonClientValueError(f"Invalid inference request: {error.message()}") from None
+            except InferenceServerException as invalid:
+                raise PyTritonClientValueError(f"Invalid inference request: {invalid.message()}") from None
             while True:
                 try:
                     result, error = responses.get(timeout=timeout)
@@ -288,8 +288,8 @@ class AsyncGrpcTransport(AsyncTransportBase):
 
         try:  # stream_infer is a plain function returning an async iterator
             responses = self.client.stream_infer(requests(), headers=self._headers(request.headers))
-        except InferenceServerException as error:
-            raise from_tritonclient(error, url=self.url, action="Inference", model=request.model_name) from None
+        except InferenceServerException as refused:
+            raise from_tritonclient(refused, url=self.url, action="Inference", model=request.model_name) from None
         try:
             while True:
                 try:

@@ -156,7 +156,7 @@ class ModelClient(TransportClient):
         """
         return self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
-    def load_model(self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None):
+    def load_model(self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None) -> None:
         """Ask the server to load (or reload) the model; needs the access token where the server restricts it.
 
         Args:

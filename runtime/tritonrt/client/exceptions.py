@@ -12,6 +12,18 @@ Every client error derives from ``PyTritonClientError``::
 
 from tritonrt.exceptions import MessageError
 
+__all__ = [
+    "PyTritonClientClosedError",
+    "PyTritonClientError",
+    "PyTritonClientInferenceServerError",
+    "PyTritonClientInvalidUrlError",
+    "PyTritonClientModelDoesntSupportBatchingError",
+    "PyTritonClientModelUnavailableError",
+    "PyTritonClientQueueFullError",
+    "PyTritonClientTimeoutError",
+    "PyTritonClientValueError",
+]
+
 
 class PyTritonClientError(MessageError):
     """Base class of every client error; ``message`` holds the text."""

@@ -134,7 +134,9 @@ class FuturesModelClient(ClientBase):
         """Future that resolves to None once the model is ready (or raises PyTritonClientTimeoutError)."""
         return self._submit(self._client.wait_for_model, timeout_s)
 
-    def load_model(self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None):
+    def load_model(
+        self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
+    ) -> Future:
         """Future of ``ModelClient.load_model``."""
         return self._submit(self._client.load_model, config, files)
 
@@ -175,6 +177,7 @@ class FuturesModelClient(ClientBase):
             raise PyTritonClientClosedError(
                 "FuturesModelClient is closed: create a new client to send more requests."
             ) from None
-        if self._slots is not None:
-            future.add_done_callback(lambda _: self._slots.release())
+        slots = self._slots
+        if slots is not None:
+            future.add_done_callback(lambda _: slots.release())
         return future

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 InputNames = list[str]
-InferenceRequest = Mapping[str, np.ndarray]
+InferenceRequest = MutableMapping[str, np.ndarray]
 InferenceRequests = Sequence[InferenceRequest]
 InferenceResult = dict[str, np.ndarray]
 InferenceResults = Sequence[InferenceResult]
@@ -38,7 +38,7 @@ SPECIAL_KEYS = (TRITON_CONTEXT_FIELD_NAME,)
 _END = object()  # marks an exhausted stream
 
 
-def get_inference_request_batch_size(inference_request: InferenceRequest) -> int:
+def get_inference_request_batch_size(inference_request: Mapping[str, np.ndarray]) -> int:
     """Return the batch size of a request: the first axis of its first input.
 
     Example::
@@ -79,7 +79,7 @@ async def _merge_awaitables(awaitables: list, merge: Callable[[list], Any]) -> A
     return merge(list(values))
 
 
-def _merge_streams(streams: list, merge: Callable[[list], Any]):
+def _merge_streams(streams: list, merge: Callable[[list], Any]) -> Iterator[Any]:
     while True:
         items = [next(stream, _END) for stream in streams]
         if _streams_ended(items):
@@ -87,7 +87,7 @@ def _merge_streams(streams: list, merge: Callable[[list], Any]):
         yield merge(items)
 
 
-async def _merge_async_streams(streams: list, merge: Callable[[list], Any]):
+async def _merge_async_streams(streams: list, merge: Callable[[list], Any]) -> AsyncIterator[Any]:
     while True:
         items = [await anext(stream, _END) for stream in streams]
         if _streams_ended(items):
@@ -138,7 +138,7 @@ def array_inputs(kwargs: dict, decorator: str, args: tuple = ()) -> dict[str, np
 
 def _where(where: str | int) -> str:
     """What an error names: ``where`` itself, or ``request <i>`` for a request's index."""
-    return f"request {where}" if type(where) is int else where
+    return f"request {where}" if isinstance(where, int) else where
 
 
 def inputs_batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:

@@ -4,6 +4,7 @@ and a batch padded to a size the model prefers (@pad_batch)."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
     first = arrays[0]
     if type(first) is not np.ndarray or first.nbytes * len(arrays) < _JOIN_MIN_BYTES:
         return None
-    base = first.base  # tritonrt's transport: a uint8 array over shared memory, or its receive buffer
+    base: Any = first.base  # tritonrt's transport: a uint8 array over shared memory, or its receive buffer
     if type(base) is np.ndarray:
         if base.ndim != 1 or not base.flags.c_contiguous:
             return None
@@ -105,7 +106,7 @@ def _request_inputs(request: InferenceRequest) -> dict[str, np.ndarray]:
 
 
 @wrapt.decorator
-def batch(wrapped, instance, args, kwargs):
+def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Turn the list of requests into one batch: each input becomes a keyword argument.
 
     The requests' arrays are concatenated along the batch axis; the callable returns a dict (or a list or
@@ -141,7 +142,7 @@ def batch(wrapped, instance, args, kwargs):
 
 
 @wrapt.decorator
-def sample(wrapped, instance, args, kwargs):
+def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call the callable once per request, with the request's inputs as keyword arguments.
 
     Meant for models without batching. Each call returns a dict (or a list/tuple in the order of the
@@ -159,7 +160,7 @@ def sample(wrapped, instance, args, kwargs):
 
 
 @wrapt.decorator
-def pad_batch(wrapped, instance, args, kwargs):
+def pad_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Pad the batch, repeating its last row, up to the nearest preferred batch size or max_batch_size.
 
     Use it below @batch, for models that run best (or only) at fixed batch sizes; the padded rows'

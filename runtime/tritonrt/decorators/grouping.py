@@ -39,7 +39,7 @@ def _scatter_responses(groups: list[list[int]], count: int, results: list) -> li
 
 
 @wrapt.decorator
-def group_by_keys(wrapped, instance, args, kwargs):
+def group_by_keys(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call the callable once per group of requests that have the same set of inputs.
 
     Place it above @batch when some inputs are optional: @batch needs every request to have the same
@@ -101,7 +101,9 @@ def _merge_rows(groups: list[np.ndarray], batch_size: int, results: list[dict]) 
     return merged
 
 
-def group_by_values(*keys: str, pad_fn: Callable[[InferenceResults], InferenceResults] | None = None):
+def group_by_values(
+    *keys: str, pad_fn: Callable[[InferenceResults], InferenceResults] | None = None
+) -> Callable[[Callable[..., Any]], Any]:
     """Split a batch into sub-batches with equal values on ``keys``; call the callable once per sub-batch.
 
     Use it below @batch, for inputs that act as parameters (e.g. a temperature per row). The sub-batches'
@@ -124,7 +126,9 @@ def group_by_values(*keys: str, pad_fn: Callable[[InferenceResults], InferenceRe
         )
 
     @wrapt.decorator
-    def _group_by_values(wrapped, instance, args, kwargs):
+    def _group_by_values(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         inputs = array_inputs(kwargs, "@group_by_values", args)
         missing = [key for key in keys if key not in inputs]
         if missing:
@@ -164,7 +168,7 @@ class ConstantPadder:
         # padded[0]["y"].shape == (1, 3), padded[1]["y"].shape == (2, 3)
     """
 
-    def __init__(self, pad_value=0):
+    def __init__(self, pad_value: Any = 0) -> None:
         self.pad_value = pad_value
 
     def __call__(self, batches_list: InferenceResults) -> InferenceResults:

@@ -3,6 +3,9 @@ row (@first_value), and the callable's context as a keyword argument (@triton_co
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import wrapt
 
@@ -45,7 +48,7 @@ def _check_defaults(defaults: dict[str, np.ndarray], model_config: TritonModelCo
         )
 
 
-def fill_optionals(**defaults):
+def fill_optionals(**defaults: np.ndarray) -> Callable[[Callable[..., Any]], Any]:
     """Fill inputs missing from a request with default values (numpy arrays without the batch axis).
 
     With batching, a default is repeated to the request's batch size. Place it at the top of the stack,
@@ -67,7 +70,9 @@ def fill_optionals(**defaults):
         )
 
     @wrapt.decorator
-    def _fill_optionals(wrapped, instance, args, kwargs):
+    def _fill_optionals(
+        wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         requests, _ = requests_argument(args, kwargs, "@fill_optionals")
         model_config = get_model_config(wrapped, instance)
         _check_defaults(defaults, model_config)
@@ -84,7 +89,9 @@ def fill_optionals(**defaults):
     return _fill_optionals
 
 
-def first_value(*keys: str, squeeze_single_values=True, strict: bool = True):
+def first_value(
+    *keys: str, squeeze_single_values: bool = True, strict: bool = True
+) -> Callable[[Callable[..., Any]], Any]:
     """Replace the selected batched inputs with their first row (for per-batch parameters).
 
     Below @batch it works on the keyword inputs; without @batch, on each request. Single-element rows
@@ -127,7 +134,7 @@ def first_value(*keys: str, squeeze_single_values=True, strict: bool = True):
             inputs[name] = first
 
     @wrapt.decorator
-    def _first_value(wrapped, instance, args, kwargs):
+    def _first_value(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not get_model_config(wrapped, instance).batching:
             raise PyTritonRuntimeError(
                 "The @first_value decorator can only be used with models that support batching; "
@@ -146,7 +153,7 @@ def first_value(*keys: str, squeeze_single_values=True, strict: bool = True):
 
 
 @wrapt.decorator
-def triton_context(wrapped, instance, args, kwargs):
+def triton_context(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Pass the TritonContext as the ``triton_context`` keyword argument.
 
     Its ``model_configs`` maps the bound callable to its model config.

@@ -32,6 +32,11 @@ def convert_output(
             "of output name to numpy array, or a list/tuple of arrays in the order of the model's outputs."
         )
     if model_config is None:
+        if wrapped is None:
+            raise PyTritonValidationError(
+                "convert_output needs the model config to name list or tuple outputs: pass model_config=..., "
+                "or the decorated callable (wrapped=..., instance=...) that was bound with Triton.bind."
+            )
         model_config = get_model_config(wrapped, instance)
     names = [spec.name for spec in model_config.outputs]
     if len(outputs) != len(names):

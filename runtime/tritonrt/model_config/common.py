@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+__all__ = ["DeviceKind", "DynamicBatcher", "QueuePolicy", "TimeoutAction"]
+
 
 class DeviceKind(enum.Enum):
     """Where Triton places the model instances."""

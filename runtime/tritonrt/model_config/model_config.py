@@ -6,6 +6,8 @@ import dataclasses
 
 from tritonrt.model_config.common import DynamicBatcher
 
+__all__ = ["ModelConfig"]
+
 
 @dataclasses.dataclass
 class ModelConfig:

@@ -21,6 +21,8 @@ from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy
 from tritonrt.model_config.dtypes import from_triton_config_type
 from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
+__all__ = ["parse_model_config"]
+
 
 def parse_model_config(config: dict[str, Any], model_version: int | None = None) -> TritonModelConfig:
     """Build a ``TritonModelConfig`` from a server's JSON model config.

@@ -15,6 +15,8 @@ from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy
 from tritonrt.model_config.dtypes import to_triton_config_type
 from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
+__all__ = ["quote", "render_pbtxt"]
+
 _INDENT = "  "
 _ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
 

@@ -32,6 +32,8 @@ from tritonrt.model_config.model_config import ModelConfig
 from tritonrt.model_config.tensor import Tensor
 from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
+__all__ = ["INSTANCE_KIND", "build_model_config", "validate_model_name"]
+
 _MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 _INT32_MAX = 2**31 - 1
 _UINT64_MAX = 2**64 - 1
@@ -129,7 +131,7 @@ def build_model_config(
 
 def _check_int(value: Any, field: str, minimum: int, maximum: int, hint: str = "") -> int:
     """Return ``value`` as int if it is an integer (not bool) in [minimum, maximum], else raise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= maximum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= int(value) <= maximum:
         raise PyTritonBadParameterError(f"{field} must be an integer in [{minimum}, {maximum}], got {value!r}{hint}.")
     return int(value)
 
@@ -293,8 +295,7 @@ def _check_preserve_ordering(batcher: DynamicBatcher, levels: int, field: str) -
         (f"priority_queue_policy[{level}]", policy) for level, policy in (batcher.priority_queue_policy or {}).items()
     ]
     for name, policy in policies:
-        delays = policy is not None and policy.timeout_action is TimeoutAction.DELAY
-        if delays and policy.default_timeout_microseconds:
+        if policy is not None and policy.timeout_action is TimeoutAction.DELAY and policy.default_timeout_microseconds:
             raise PyTritonValidationError(
                 f"{field}.{name}: timeout_action=DELAY with a timeout cannot be combined with "
                 "preserve_ordering=True; use TimeoutAction.REJECT or disable preserve_ordering."

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["Tensor"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Tensor:
@@ -25,6 +27,6 @@ class Tensor:
     name: str | None = None
     optional: bool | None = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.dtype, np.dtype):
             object.__setattr__(self, "dtype", self.dtype.type)

@@ -8,6 +8,8 @@ import numpy as np
 
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher
 
+__all__ = ["TensorSpec", "TritonModelConfig"]
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:

@@ -1,1 +1,3 @@
 """Bound models and the Triton model repository written from them."""
+
+__all__: list[str] = []

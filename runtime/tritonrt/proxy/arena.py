@@ -20,6 +20,8 @@ import numpy as np
 
 from tritonrt.proxy.transport import SHM_THRESHOLD, Channel
 
+__all__ = ["install"]
+
 LOGGER = logging.getLogger("tritonrt.proxy")
 NAME = b"tritonrt_shared_region"
 _SET_HANDLER = 304  # PyDataMem_SetHandler's index in numpy's C-API table (numpy >= 1.22)

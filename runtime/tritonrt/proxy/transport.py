@@ -42,6 +42,8 @@ from tritonrt.memory import data_address
 from tritonrt.model_config.dtypes import is_bytes_dtype
 from tritonrt.proxy.protocol import BYTES, decode_bytes_array, encode_bytes_array
 
+__all__ = ["SHM_THRESHOLD", "SPIN_S", "WORKER_SPIN_S", "Channel", "PeerGone"]
+
 SHM_THRESHOLD = 64 << 10
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["Request", "Requests", "Response", "Responses"]
+
 
 class Request(MutableMapping):
     """One inference request: a mapping of input name to numpy array.

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from tritonrt._access import access_headers
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 
+__all__ = ["ServerApi"]
+
 _LOAD_TIMEOUT_S = 300
 
 

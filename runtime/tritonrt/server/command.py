@@ -6,6 +6,8 @@ import pathlib
 
 from tritonrt.server.config import TritonConfig
 
+__all__ = ["config_flags", "server_command"]
+
 # tritonrt decides these itself; user values for them are applied elsewhere (model_repository) or ignored.
 _MANAGED = {"model_repository"}
 

@@ -14,6 +14,14 @@ from collections.abc import Sequence
 from tritonrt._access import TRITON_ACCESS_HEADER
 from tritonrt.exceptions import PyTritonValidationError
 
+__all__ = [
+    "DEFAULT_PROTECTED_ENDPOINTS",
+    "ENV_PREFIX",
+    "VALID_TRITON_ENDPOINTS",
+    "TritonConfig",
+    "TritonSecurityConfig",
+]
+
 LOGGER = logging.getLogger("tritonrt")
 
 ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"

@@ -16,6 +16,15 @@ import sysconfig
 
 from tritonrt.exceptions import PyTritonRuntimeError
 
+__all__ = [
+    "MALLOC_SETTINGS",
+    "check_stub",
+    "import_paths",
+    "python_library_dir",
+    "server_environment",
+    "stub_python_version",
+]
+
 _LIBPYTHON_SONAME = re.compile(rb"libpython(3\.\d+)\.so")
 
 

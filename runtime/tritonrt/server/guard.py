@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+__all__ = ["main", "remove_shm"]
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.2

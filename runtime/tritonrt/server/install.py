@@ -26,6 +26,20 @@ import zipfile
 
 from tritonrt.exceptions import PyTritonRuntimeError
 
+__all__ = [
+    "MARKER",
+    "NGC_SERVER_DIR",
+    "WHEEL_PACKAGE",
+    "WHEEL_VERSION",
+    "cache_server_dir",
+    "extract_server",
+    "find_or_install_server",
+    "find_server_dir",
+    "install_server",
+    "is_server_dir",
+    "python_version_tag",
+]
+
 LOGGER = logging.getLogger("tritonrt.server")
 
 WHEEL_PACKAGE = "nvidia-pytriton"

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 
+__all__ = ["TritonServerProcess", "check_port_free"]
+
 LOGGER = logging.getLogger("tritonrt.server")
 SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
