@@ -30,9 +30,10 @@ test: install-server  ## every test: runtime/tests, loadtests/tests, tests/ (the
 	$(PY) -m pytest loadtests/tests
 	$(PY) -m pytest tests
 
-lint: venv  ## ruff check and format check of the repository's Python code
+lint: venv  ## ruff check and format check of the repository's Python code; mypy on the runtime
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy --config-file runtime/pyproject.toml runtime/tritonrt
 
 demo: install-server  ## bake the defaults into build/demo, serve on a local tritonserver, send a request, stop
 	rm -rf $(DEMO_DIR)
@@ -57,4 +58,4 @@ bench: install-server  ## proxy overhead: plain Python backend vs tritonrt vs Py
 	$(PY) bench/run.py
 
 clean:  ## remove build/ (the demo) and caches
-	rm -rf build .pytest_cache .ruff_cache
+	rm -rf build .pytest_cache .ruff_cache .mypy_cache

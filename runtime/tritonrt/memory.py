@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 __all__ = ["data_address"]
+
+# Any writable buffer, numpy arrays included (typeshed's Buffer does not know numpy 1.x arrays).
+_view_of: Callable[[Any], ctypes.c_char] = ctypes.c_char.from_buffer
 
 
 def data_address(array: np.ndarray) -> int:
@@ -22,6 +27,6 @@ def data_address(array: np.ndarray) -> int:
         data_address(x[2:]) - data_address(x)  # 16
     """
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        return ctypes.addressof(_view_of(array))
     except (TypeError, ValueError, BufferError):
         return array.__array_interface__["data"][0]

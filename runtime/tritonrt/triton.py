@@ -28,6 +28,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from tritonrt._access import GRPC_ACCESS_HEADER, TRITON_ACCESS_HEADER
 from tritonrt.context import TritonContext, bind_triton_context
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 LOGGER = logging.getLogger("tritonrt")
+_Host = TypeVar("_Host", bound="_ModelHost")
 
 MONITORING_PERIOD_SEC = 5.0
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
@@ -118,8 +120,9 @@ class _ModelHost:
         When the server is running the model is loaded at once.
         """
         validate_model_name(model_name)
-        callables = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
-        if not callables or not all(callable(c) for c in callables):
+        candidates: list[object] = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+        callables = [candidate for candidate in candidates if callable(candidate)]
+        if not callables or len(callables) != len(candidates):
             raise PyTritonValidationError(
                 f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
                 "(one per model instance)."
@@ -142,7 +145,9 @@ class _ModelHost:
 
     def get_access_token(self) -> str:
         """The token that opens the restricted endpoints (``triton-access-token`` header)."""
-        return self._security.access_token
+        token = self._security.access_token
+        assert token is not None  # TritonSecurityConfig makes one when none is given
+        return token
 
     # -- lifecycle helpers -----------------------------------------------------------------------------------
 
@@ -157,14 +162,25 @@ class _ModelHost:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def _open_socket_dir(self) -> pathlib.Path:
+        """The workers' socket folder of this start (made by ``_open_transport``)."""
+        if self._socket_dir is None:
+            raise PyTritonInvalidOperationError("The models' transport is not open: start the server with run().")
+        return self._socket_dir
+
+    def _server_api(self) -> ServerApi:
+        if self._api is None:
+            raise PyTritonInvalidOperationError("The server is not running: start it with run() first.")
+        return self._api
+
     def _prepare(self, model: BoundModel) -> None:
-        model.attach(self._socket_dir, os.getpid(), self._shm_prefix)
+        model.attach(self._open_socket_dir(), os.getpid(), self._shm_prefix)
         repository.write_model(self._model_repository(), model.config, *self._import_paths)
         model.start(self._on_unrecoverable)
 
     def _deploy(self, model: BoundModel) -> None:
         self._prepare(model)
-        self._api.load_model(model.name)
+        self._server_api().load_model(model.name)
 
     def _on_unrecoverable(self, message: str) -> None:
         LOGGER.error("%s: stopping the server", message)
@@ -203,10 +219,10 @@ class _ModelHost:
     def is_alive(self) -> bool:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self: _Host) -> _Host:
         return self
 
-    def __exit__(self, *_) -> None:
+    def __exit__(self, *_: object) -> None:
         self.stop()
 
     def stop(self) -> None:  # pragma: no cover - overridden
@@ -292,7 +308,7 @@ class Triton(_ModelHost):
             command,
             env,
             shm_prefix=shm_prefix,
-            cleanup=[self._socket_dir, *([self._workspace] if self._own_workspace else [])],
+            cleanup=[self._open_socket_dir(), *([self._workspace] if self._own_workspace else [])],
             verbose=bool(self._config.log_verbose),
         )
         self._server.register_on_exit(self._on_server_exit)
@@ -389,7 +405,7 @@ class RemoteTriton(_ModelHost):
 
     def is_alive(self) -> bool:
         """True while the remote server is live and the bound models' workers run."""
-        return self._running and self._models_alive() and self._api.is_live()
+        return self._running and self._models_alive() and self._server_api().is_live()
 
     def stop(self) -> None:
         """Unload the models from the remote server and stop their workers."""
@@ -401,7 +417,7 @@ class RemoteTriton(_ModelHost):
         atexit.unregister(self.stop)
         for model in self._models.values():
             try:
-                self._api.unload_model(model.name)
+                self._server_api().unload_model(model.name)
             except Exception as error:  # the remote may be gone already
                 LOGGER.warning("Could not unload %s: %s", model.name, error)
             repository.remove_model(self._repository, model.name)

@@ -90,7 +90,8 @@ def test_imports_run_downwards(module: str):
         if target_unit != unit and _layer(target_unit) >= _layer(unit):
             upward.append(f"{target} (layer {_layer(target_unit)})")
         if unit in ONLY_FROM and target_unit != unit:
-            assert target_unit in ONLY_FROM[unit], f"{module} imports {target}; {unit} may import only {ONLY_FROM[unit]}"
+            allowed = ONLY_FROM[unit]
+            assert target_unit in allowed, f"{module} imports {target}; {unit} may import only {allowed}"
         assert target_unit not in NEVER_FROM.get(unit, ()), f"{module} imports {target}: {unit} must not"
     assert not upward, f"{module} (layer {_layer(unit)}) imports upwards: {', '.join(upward)}"
 

@@ -62,17 +62,17 @@ def install(channel: Channel) -> bool:
     malloc, free, calloc = _libc.malloc, _libc.free, _libc.calloc
     allocate, release = channel.allocate, channel.release
 
-    def on_malloc(_, size):
+    def on_malloc(_: int | None, size: int) -> int | None:
         if size >= SHM_THRESHOLD:
             address = allocate(size)
             if address:
                 return address
         return malloc(size)
 
-    def on_calloc(_, count, size):
+    def on_calloc(_: int | None, count: int, size: int) -> int | None:
         return calloc(count, size)
 
-    def on_realloc(_, address, size):
+    def on_realloc(_: int | None, address: int, size: int) -> int | None:  # numpy resizes blocks it holds
         held = channel.held_size(address)
         if held is None:
             return _libc.realloc(address, size)
@@ -82,7 +82,7 @@ def install(channel: Channel) -> bool:
             release(address)
         return moved
 
-    def on_free(_, address, size):
+    def on_free(_: int | None, address: int | None, size: int) -> None:
         # numpy passes the block's size: a small one never came from the region, so the lock is not needed
         if address and (size < SHM_THRESHOLD or not release(address)):
             free(address)

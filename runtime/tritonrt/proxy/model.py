@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils  # provided by the stub, importable only in it
@@ -53,8 +55,8 @@ class TritonPythonModel:
             )
         return int(suffix)
 
-    def execute(self, requests):
-        groups = []
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        groups: list[tuple[Any, Mapping[str, Any]]] = []
         for request in requests:
             # as_numpy() arrays own their data (the stub copies each input out of Triton's shared memory, for
             # large ones into the channel's region: see arena) or keep the tensor that does alive: nothing else
@@ -88,7 +90,7 @@ class TritonPythonModel:
             return [self._error_response(note) for _ in requests]
         return [self._response(tensors) for tensors in outputs]
 
-    def _receive(self):
+    def _receive(self) -> tuple[str, list[Any], list[dict[str, np.ndarray]], Any]:
         kind, extras, outputs, note = self._channel.recv()
         if isinstance(note, tuple):  # the last reply of a call: (note, retire)
             note, retire = note
@@ -96,7 +98,7 @@ class TritonPythonModel:
                 self._channel.retire_out_region()
         return kind, extras, outputs, note
 
-    def _stream(self, requests) -> None:
+    def _stream(self, requests: list[Any]) -> None:
         senders = [request.get_response_sender() for request in requests]
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         while True:
@@ -114,11 +116,11 @@ class TritonPythonModel:
                 return
 
     @staticmethod
-    def _response(outputs: dict):
+    def _response(outputs: Mapping[str, np.ndarray]) -> Any:
         return pb_utils.InferenceResponse([pb_utils.Tensor(name, array) for name, array in outputs.items()])
 
     @staticmethod
-    def _error_response(message: str):
+    def _error_response(message: str) -> Any:
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
     def finalize(self) -> None:

@@ -91,7 +91,7 @@ def _code(dtype: np.dtype) -> str:
     return code
 
 
-def _bytes_view(data) -> memoryview:
+def _bytes_view(data: Any) -> memoryview:
     return memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
 
 
@@ -182,10 +182,18 @@ class Channel:
         With ``report_retained`` the note goes as ``(note, retained)``: whether this end still holds views of
         the peer's region (:meth:`retained`), checked once the references of this message are dropped.
         """
+        # Declared with None: the references are dropped once laid out (see below).
+        runs: dict[str, list] | None
+        shm_runs: dict[str, list] | None
+        placed: list | None
+        array: np.ndarray | None
+        data: Any  # a tensor's bytes: its array, or its encoded BYTES
+        tensors: Mapping[str, Any] | None
+        run: list | None
         extras, metas = [], []
-        runs: dict[str, list] = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
-        shm_runs: dict[str, list] = {}
-        placed: list = []  # (name, meta, data) of arrays already in the outgoing region
+        runs = {}  # name -> [(meta, data)]: a name's tensors are laid out back to back
+        shm_runs = {}
+        placed = []  # (name, meta, data) of arrays already in the outgoing region
         threshold = self._threshold
         for extra, tensors in groups or ():
             extras.append(extra)
@@ -465,8 +473,8 @@ class Channel:
         # one more (self._in_base), and getrefcount's argument another.
         return self._last_used_region and sys.getrefcount(self._in_base) > 2
 
-    def _in_region(self, name: str) -> np.ndarray:
-        """The peer's region ``name`` as a uint8 array, mapped on first use."""
+    def _in_region(self, name: str) -> np.ndarray | None:
+        """The peer's region ``name`` as a uint8 array, mapped on first use (the type is the attribute's)."""
         if self._in is None or self._in.name != name:
             self._in = _Region(name, 0, create=False)
             (_SHM_DIR / name).unlink(missing_ok=True)  # mapped: the name is no longer needed

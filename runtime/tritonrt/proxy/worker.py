@@ -13,10 +13,8 @@ import logging
 import pathlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-
-import numpy as np
 
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.model_config.checks import validate_outputs
@@ -79,14 +77,14 @@ class CallableWorker(threading.Thread):
                     connection, _ = self._listener.accept()
                 except OSError:
                     break
-                self._channel = Channel(connection, self._region_prefix, WORKER_SPIN_S)
+                channel = self._channel = Channel(connection, self._region_prefix, WORKER_SPIN_S)
                 try:
                     while not self._stopping.is_set():
-                        self._serve_next()
+                        self._serve_next(channel)
                 except (PeerGone, OSError):
                     pass  # the stub went away (unload, restart or shutdown): wait for the next one
                 finally:
-                    self._channel.close()
+                    channel.close()
         except Exception as error:  # a bug in tritonrt: make the model not alive rather than hang
             LOGGER.exception("tritonrt worker for %s failed", self._config.model_name)
             self.failed = str(error)
@@ -95,12 +93,14 @@ class CallableWorker(threading.Thread):
             if self._loop is not None:
                 self._loop.close()
 
-    def _serve_next(self) -> None:
+    def _serve_next(self, channel: Channel) -> None:
         """Receive a batch, call the callable, reply. Holds the only reference to the requests: once they
         are dropped, the stub may reuse its shared memory unless the callable kept views of it. The last
         reply of a call tells the stub whether it did (see ``Channel.send``)."""
-        channel = self._channel
+        extras: list[Any] | None
+        groups: Any  # the received tensors, then the reply's groups
         _, extras, groups, _ = channel.recv()
+        requests: list[Request] | None
         requests = [
             Request(inputs, parameters, requested)
             for (parameters, requested), inputs in zip(extras, groups, strict=True)
@@ -147,7 +147,7 @@ class CallableWorker(threading.Thread):
             )
         return result
 
-    def _iterate(self, result: Any):
+    def _iterate(self, result: Any) -> Iterator[Any]:
         if inspect.isasyncgen(result):
             loop = self._event_loop()
             iterator = result.__aiter__()
@@ -166,7 +166,7 @@ class CallableWorker(threading.Thread):
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def _groups(self, responses: Any, count: int) -> list[tuple[None, dict[str, np.ndarray]]]:
+    def _groups(self, responses: Any, count: int) -> list[tuple[Any, Mapping[str, Any]]]:
         """Check the callable's responses and return them as message groups."""
         name = self._config.model_name
         if isinstance(responses, dict):
@@ -180,7 +180,7 @@ class CallableWorker(threading.Thread):
                 f"Model {name!r}: the inference callable must return a list with one dict per request "
                 f"({count} requests), got {type(responses).__name__}{size}."
             )
-        groups = []
+        groups: list[tuple[Any, Mapping[str, Any]]] = []
         for response in responses:
             if not isinstance(response, dict):
                 raise PyTritonValidationError(

@@ -12,7 +12,7 @@ __all__ = ["config_flags", "server_command"]
 _MANAGED = {"model_repository"}
 
 
-def _format(value) -> str:
+def _format(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, pathlib.Path):

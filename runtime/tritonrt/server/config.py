@@ -93,7 +93,7 @@ class TritonConfig:
     cache_directory: str | None = None
     buffer_manager_thread_count: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.allow_http not in (True, None) and self.allow_grpc not in (True, None):
             raise PyTritonValidationError(
                 "The `http` or `grpc` endpoint has to be allowed: set allow_http or allow_grpc to True (or leave "
@@ -134,7 +134,7 @@ class TritonConfig:
         return dataclasses.asdict(self)
 
 
-def _cast(name: str, hint, raw: str):
+def _cast(name: str, hint: typing.Any, raw: str) -> typing.Any:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     target = args[0] if args else hint
     origin = typing.get_origin(target)
@@ -181,7 +181,7 @@ class TritonSecurityConfig:
     access_token: str | None = None
     restricted_endpoints: Sequence[str] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.access_token is None:
             self.access_token = secrets.token_urlsafe(32)
         if not isinstance(self.access_token, str) or not self.access_token.strip():

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     server = subprocess.Popen(command, preexec_fn=_die_with_parent)
 
-    def forward(signum, _frame):
+    def forward(signum: int, _frame: object) -> None:
         if server.poll() is None:
             server.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 

@@ -97,6 +97,7 @@ class TritonServerProcess:
             self._started.set()
             return
         self._started.set()
+        assert self._process.stdout is not None  # stdout=PIPE
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._tail.append(line)
