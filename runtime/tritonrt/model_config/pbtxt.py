@@ -3,7 +3,7 @@
 Example::
 
     cfg = build_model_config("Add", 1, inputs, outputs, ModelConfig(max_batch_size=8))
-    cfg.backend_parameters["proxy_address"] = "ipc:///tmp/add.sock"
+    cfg.backend_parameters["tritonrt_model_key"] = "m1a2b3c4"  # each entry becomes a `parameters` entry
     (model_dir / "config.pbtxt").write_text(render_pbtxt(cfg))
 """
 
