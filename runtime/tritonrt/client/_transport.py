@@ -55,7 +55,7 @@ Outputs = dict[str, np.ndarray]
 """A response's output tensors by name."""
 _T = TypeVar("_T")
 
-# -- the server's address ----------------------------------------------------------------------------------
+# -- the server's address --------------------------------------------------------------------------------------
 
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
@@ -126,7 +126,7 @@ class TritonUrl:
         return f"{self.scheme}://{self.without_scheme}"
 
 
-# -- what a transport sends ----------------------------------------------------------------------------------
+# -- what a transport sends ------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +151,7 @@ class InferRequest:
         return dict(self.parameters) if self.parameters else None
 
 
-# -- what the clients call ---------------------------------------------------------------------------------
+# -- what the clients call -------------------------------------------------------------------------------------
 
 
 class Transport(Protocol):
@@ -316,7 +316,7 @@ class AsyncTransportBase:
             await client.close()
 
 
-# -- what the server or the network reports, as client exceptions -------------------------------------------
+# -- what the server or the network reports, as client exceptions ----------------------------------------------
 
 _UNREACHABLE_MARKERS = ("failed to connect", "connection refused", "socket closed", "connection reset")
 
