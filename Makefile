@@ -9,7 +9,7 @@ DEMO_PROJECT := $(DEMO_DIR)/my-service
 DEMO_PORT ?= 8000
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server test lint demo bench clean
+.PHONY: help venv install-server test lint demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -55,6 +55,16 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 bench: install-server  ## proxy overhead: plain Python backend vs tritonrt vs PyTriton (wrk + gRPC), prints a table
 	bench/setup.sh
 	$(PY) bench/run.py
+
+# The GPU check's carry folder: what a GPU machine without network needs (make gpu-pack writes it, < 60 MiB).
+GPU_CARRY ?= build/gpu-carry
+
+gpu-pack: venv  ## pack tritonserver and the wheels a GPU machine lacks into $(GPU_CARRY) (needs PyPI)
+	$(PY) bench/gpu_check.py pack --out $(GPU_CARRY)
+
+# Runs with the machine's python3 (torch with CUDA), offline: GPU_CHECK_ARGS=--allow-cpu for a CPU dry run.
+gpu-check:  ## from $(GPU_CARRY): bake a pytorch service, serve it on the GPU, check CUDA and values, measure
+	python3 bench/gpu_check.py run --carry $(GPU_CARRY) $(GPU_CHECK_ARGS)
 
 clean:  ## remove build/ (the demo) and caches
 	rm -rf build .pytest_cache .ruff_cache
