@@ -59,11 +59,11 @@ bench: install-server  ## proxy overhead: plain Python backend vs tritonrt vs Py
 # The GPU check's carry folder: what a GPU machine without network needs (make gpu-pack writes it, < 60 MiB).
 GPU_CARRY ?= build/gpu-carry
 
-gpu-pack: venv  ## pack tritonserver and the wheels a GPU machine lacks into $(GPU_CARRY) (needs PyPI)
+gpu-pack: venv  ## pack tritonserver and the packages a GPU machine lacks into build/gpu-carry (needs PyPI)
 	$(PY) bench/gpu_check.py pack --out $(GPU_CARRY)
 
 # Runs with the machine's python3 (torch with CUDA), offline: GPU_CHECK_ARGS=--allow-cpu for a CPU dry run.
-gpu-check:  ## from $(GPU_CARRY): bake a pytorch service, serve it on the GPU, check CUDA and values, measure
+gpu-check:  ## from build/gpu-carry, offline: bake a pytorch service, serve it on the GPU, check CUDA and values, measure
 	python3 bench/gpu_check.py run --carry $(GPU_CARRY) $(GPU_CHECK_ARGS)
 
 clean:  ## remove build/ (the demo) and caches
