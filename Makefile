@@ -7,6 +7,12 @@ DEMO_DIR := build/demo
 DEMO_PROJECT := $(DEMO_DIR)/my-service
 # The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
 DEMO_PORT ?= 8000
+# `make test` runs the runtime's tests on these Pythons too, each in its own venv (.venv-py3.10), built by make.
+# 3.13 joins once tritonrt's native backend lands: the Python backend stub needs numpy 1.x, which has no
+# wheels for 3.13. EXTRA_PYTHONS= runs on $(PYTHON) alone.
+EXTRA_PYTHONS ?= 3.10
+# Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
+find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
 
 .DEFAULT_GOAL := help
 .PHONY: help venv install-server test lint demo bench gpu-pack gpu-check clean
@@ -25,8 +31,23 @@ $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
 install-server: venv  ## download tritonserver into the user cache (otherwise done on first use)
 	$(VENV)/bin/tritonrt install-server
 
-test: install-server  ## every test: runtime/tests, loadtests/tests, tests/ (the template: hooks, bakes)
+# The runtime and its test tools on Python X.Y (the server with the stub for X.Y comes on first use).
+$(VENV)-py%/.installed: runtime/pyproject.toml
+	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
+		$(HOME)/.pyenv/versions/$*.*, python$* on PATH): install it (pyenv install $*) or leave it out of \
+		EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
+	echo "==> $(VENV)-py$*: the runtime's tests on $$python"; \
+	test -x $(VENV)-py$*/bin/python || $$python -m venv $(VENV)-py$*
+	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]"
+	touch $@
+
+test: install-server $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
+	@for version in $(EXTRA_PYTHONS); do \
+		echo "==> the runtime's tests on Python $$version"; \
+		$(VENV)-py$$version/bin/tritonrt install-server && (cd runtime && ../$(VENV)-py$$version/bin/python -m pytest) \
+			|| exit 1; \
+	done
 	$(PY) -m pytest loadtests/tests
 	$(PY) -m pytest tests
 

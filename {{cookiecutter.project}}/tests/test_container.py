@@ -123,7 +123,8 @@ def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -
         for event in engine.api.pull(base, stream=True, decode=True):
             if "error" in event:
                 raise APIError(event["error"], explanation=event["error"])
-            layer, status, detail = event.get("id"), event.get("status", ""), event.get("progressDetail") or {}
+            layer, status = event.get("id"), event.get("status", "")
+            detail = event.get("progressDetail") or {}
             if layer and status == "Downloading" and detail.get("total"):
                 layers[layer] = (detail.get("current", 0), detail["total"])
             elif layer and status == "Pull complete":
@@ -137,8 +138,9 @@ def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -
                 report(config, f"  {current / 1e6:.0f} of {total / 1e6:.0f} MB in {len(layers)} layers")
         return engine.images.get(base)
     except (APIError, ImageNotFound) as error:
+        why = getattr(error, "explanation", None) or error
         pytest.skip(
-            f"the base image {base} is not here and cannot be pulled ({getattr(error, 'explanation', error)}). "
+            f"the base image {base} is not here and cannot be pulled ({why}). "
             "Offline, build the stand-in base with the template's docker/build_stand_in_base.py "
             "(sudo python docker/build_stand_in_base.py prints its tag) and run again with "
             "BASE_IMAGE=<that tag>; or docker pull / docker load the image where a registry is reachable."
