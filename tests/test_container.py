@@ -143,6 +143,24 @@ def test_rootfs_python_version_without_libpython_says_so(tmp_path: pathlib.Path,
 # --- the generated project's container tests, for real --------------------------------------------
 
 
+@pytest.mark.timeout(900)
+def test_generated_container_tests_skip_with_the_way_out_when_the_base_cannot_be_pulled(tmp_path: pathlib.Path) -> None:
+    if not docker_answers():
+        pytest.skip("no Docker engine answers (`docker info` failed): start Docker to run the container tests")
+    project = bake(tmp_path)
+    # A registry that cannot exist (.invalid): the pull fails at once, as on an air-gapped site.
+    env = {**os.environ, "BASE_IMAGE": "registry.invalid/tritonserver:25.10-py3",
+           "PYTHONPATH": os.pathsep.join(["src", "runtime"])}  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "tests/test_container.py", "-p", "no:cacheprovider", "-rs", "-q"]
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 0 and re.fullmatch(r"\d+ skipped in .*", summary), result.stdout[-4000:]
+    reasons = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert reasons and all("registry.invalid/tritonserver:25.10-py3 is not here and cannot be pulled" in line
+                           and "docker/build_stand_in_base.py" in line and "BASE_IMAGE=<that tag>" in line
+                           for line in reasons), reasons  # fmt: skip
+
+
 @pytest.mark.bake
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("suite", STAND_IN_SUITES)
