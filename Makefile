@@ -7,9 +7,15 @@ DEMO_DIR := build/demo
 DEMO_PROJECT := $(DEMO_DIR)/my-service
 # The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
 DEMO_PORT ?= 8000
+# `make test` runs the runtime's tests on these Pythons too, each in its own venv (.venv-py3.10), built by make.
+# 3.13 joins once tritonrt's native backend lands: the Python backend stub needs numpy 1.x, which has no
+# wheels for 3.13. EXTRA_PYTHONS= runs on $(PYTHON) alone.
+EXTRA_PYTHONS ?= 3.10
+# Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
+find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server test lint demo bench clean
+.PHONY: help venv install-server test lint demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -25,8 +31,23 @@ $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
 install-server: venv  ## download tritonserver into the user cache (otherwise done on first use)
 	$(VENV)/bin/tritonrt install-server
 
-test: install-server  ## every test: runtime/tests, loadtests/tests, tests/ (the template: hooks, bakes)
+# The runtime and its test tools on Python X.Y (the server with the stub for X.Y comes on first use).
+$(VENV)-py%/.installed: runtime/pyproject.toml
+	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
+		$(HOME)/.pyenv/versions/$*.*, python$* on PATH): install it (pyenv install $*) or leave it out of \
+		EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
+	echo "==> $(VENV)-py$*: the runtime's tests on $$python"; \
+	test -x $(VENV)-py$*/bin/python || $$python -m venv $(VENV)-py$*
+	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]"
+	touch $@
+
+test: install-server $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
+	@for version in $(EXTRA_PYTHONS); do \
+		echo "==> the runtime's tests on Python $$version"; \
+		$(VENV)-py$$version/bin/tritonrt install-server && (cd runtime && ../$(VENV)-py$$version/bin/python -m pytest) \
+			|| exit 1; \
+	done
 	$(PY) -m pytest loadtests/tests
 	$(PY) -m pytest tests
 
@@ -56,6 +77,16 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 bench: install-server  ## proxy overhead: plain Python backend vs tritonrt vs PyTriton (wrk + gRPC), prints a table
 	bench/setup.sh
 	$(PY) bench/run.py
+
+# The GPU check's carry folder: what a GPU machine without network needs (make gpu-pack writes it, < 60 MiB).
+GPU_CARRY ?= build/gpu-carry
+
+gpu-pack: venv  ## pack tritonserver and the packages a GPU machine lacks into build/gpu-carry (needs PyPI)
+	$(PY) bench/gpu_check.py pack --out $(GPU_CARRY)
+
+# Runs with the machine's python3 (torch with CUDA), offline: GPU_CHECK_ARGS=--allow-cpu for a CPU dry run.
+gpu-check:  ## from build/gpu-carry, offline: bake a pytorch service, serve it on the GPU, check CUDA and values, measure
+	python3 bench/gpu_check.py run --carry $(GPU_CARRY) $(GPU_CHECK_ARGS)
 
 clean:  ## remove build/ (the demo) and caches
 	rm -rf build .pytest_cache .ruff_cache .mypy_cache

@@ -25,8 +25,9 @@ SKIP_SUFFIXES = (".egg-info", ".pyc")
 OPTIONAL_FILES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "tests/test_streaming.py": lambda answers: answers["streaming"] == "yes",
 }
-# Context keys that describe the machine that generated the project, not the answers.
-UNRECORDED_KEYS = frozenset({"_output_dir", "_repo_dir", "_checkout"})
+# Context keys that describe the machine that generated the project or the template's state, not the answers
+# (the template commit changes at each update; cruft keeps it in .cruft.json).
+UNRECORDED_KEYS = frozenset({"_output_dir", "_repo_dir", "_checkout", "_commit"})
 ANSWERS_FILE = ".cookiecutter.json"
 
 

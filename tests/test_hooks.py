@@ -369,12 +369,13 @@ def test_remove_unused_drops_the_files_of_options_not_chosen(tmp_path: Path, str
 
 def test_the_answers_are_recorded_in_replay_format(tmp_path: Path) -> None:
     context = {**GOOD, "description": HOSTILE_TEXT[4], "_template": "gh:team/template", "_output_dir": "/x",
-               "_repo_dir": "/y", "_checkout": None, "_extensions": ["hooks.render.TemplateExtension"]}  # fmt: skip
+               "_repo_dir": "/y", "_checkout": None, "_commit": "0" * 40,
+               "_extensions": ["hooks.render.TemplateExtension"]}  # fmt: skip
     path = generate.record_answers(tmp_path, context)
     recorded = json.loads(path.read_text(encoding="utf-8"))
     assert path.name == ".cookiecutter.json"
     assert recorded == {"cookiecutter": {key: value for key, value in context.items() if key not in
-                                         {"_output_dir", "_repo_dir", "_checkout"}}}  # fmt: skip
+                                         {"_output_dir", "_repo_dir", "_checkout", "_commit"}}}  # fmt: skip
 
 
 def test_next_steps_lead_to_a_served_request(tmp_path: Path) -> None:

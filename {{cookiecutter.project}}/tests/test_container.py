@@ -111,17 +111,39 @@ def base_image() -> str:
 
 
 def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -> docker.models.images.Image:
+    """``base`` from the local engine, else pulled with its progress shown; skips when it cannot be had."""
     try:
         return engine.images.get(base)
     except ImageNotFound:
-        report(config, f"pulling {base} (once; NGC images are large)")
+        report(config, f"pulling {base} (once; NGC images are several GB)")
+    layers: dict[str, tuple[int, int]] = {}  # layer -> (bytes downloaded, size)
+    done: set[str] = set()
+    shown = time.monotonic()
     try:
-        return engine.images.pull(base)
-    except APIError as error:
-        pytest.fail(
-            f"The base image {base} is not here and cannot be pulled ({error.explanation}). Pull it where a "
-            "registry is reachable (docker pull / docker load), or set BASE_IMAGE to a local image with "
-            "the NGC tritonserver layout."
+        for event in engine.api.pull(base, stream=True, decode=True):
+            if "error" in event:
+                raise APIError(event["error"], explanation=event["error"])
+            layer, status = event.get("id"), event.get("status", "")
+            detail = event.get("progressDetail") or {}
+            if layer and status == "Downloading" and detail.get("total"):
+                layers[layer] = (detail.get("current", 0), detail["total"])
+            elif layer and status == "Pull complete":
+                done.add(layer)
+                report(config, f"  layer {layer} done ({len(done)} of {len(layers)} layers)")
+            elif not layer:
+                report(config, f"  {status}")
+            if layers and time.monotonic() - shown > 10:
+                shown = time.monotonic()
+                current, total = (sum(values) for values in zip(*layers.values(), strict=True))
+                report(config, f"  {current / 1e6:.0f} of {total / 1e6:.0f} MB in {len(layers)} layers")
+        return engine.images.get(base)
+    except (APIError, ImageNotFound) as error:
+        why = getattr(error, "explanation", None) or error
+        pytest.skip(
+            f"the base image {base} is not here and cannot be pulled ({why}). "
+            "Offline, build the stand-in base with the template's docker/build_stand_in_base.py "
+            "(sudo python docker/build_stand_in_base.py prints its tag) and run again with "
+            "BASE_IMAGE=<that tag>; or docker pull / docker load the image where a registry is reachable."
         )
 
 

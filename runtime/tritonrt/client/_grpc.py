@@ -294,7 +294,7 @@ class AsyncGrpcTransport(AsyncTransportBase):
             while True:
                 try:
                     result, error = await asyncio.wait_for(anext(responses), timeout)
-                except TimeoutError:
+                except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
                     raise stream_timeout_error(self.url, timeout) from None
                 except StopAsyncIteration:
                     return

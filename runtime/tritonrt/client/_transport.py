@@ -282,7 +282,7 @@ class AsyncTransportBase:
     async def _call(self, action: str, model: str, timeout: float, make: Callable[[], Awaitable[_T]]) -> _T:
         try:
             return await asyncio.wait_for(make(), timeout)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
             raise timeout_error(self.url, action, timeout) from None
         except InferenceServerException as error:
             raise call_error(error, url=self.url, action=action, model=model, timeout_s=timeout) from None
