@@ -29,9 +29,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ACCESS_TOKEN, MODEL_NAMES, free_ports, start_service
+from conftest import ACCESS_TOKEN, MODEL_NAMES, Service, free_ports, start_service
 from load import Load
 from manifests import DEPLOY_DIR, container, environment, find, render, require_tool
+from test_container import report
 
 from {{ cookiecutter.package }}.settings import PREFIX
 
@@ -236,78 +237,86 @@ def wait_for(prometheus: Prometheus, query: str, condition: Any, timeout_s: floa
     return value
 
 
+def start_slow_service(objects: list[dict[str, Any]], directory: Path, batch_s: float) -> Service:
+    """The service under the Deployment's environment, its model slowed to ``batch_s`` per batch.
+
+    The token is the tests': the shipped placeholder is refused on purpose."""
+    env = {name: value for name, value in environment(objects).items() if name != f"{PREFIX}ACCESS_TOKEN"}
+    settings = {name.removeprefix(PREFIX): value for name, value in env.items() if name.startswith(PREFIX)}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            if not name.startswith(PREFIX):
+                patch.setenv(name, value)
+        patch.setenv("SLOW_SERVICE_BATCH_S", str(batch_s))
+        command = [sys.executable, str(TESTS_DIR / "slow_service.py")]
+        return start_service(directory / "service.log", command, ACCESS_TOKEN=ACCESS_TOKEN, **settings)
+
+
+def scrape_config(objects: list[dict[str, Any]], pod: str, metrics_port: int) -> dict[str, Any]:
+    """A scrape job for the service, labelled as the Prometheus Operator labels the PodMonitor's targets."""
+    deployment, podmonitor = find(objects, "Deployment"), find(objects, "PodMonitor")
+    endpoint = podmonitor["spec"]["podMetricsEndpoints"][0]
+    namespace = deployment["metadata"]["namespace"]
+    labels = {
+        "job": deployment["spec"]["template"]["metadata"]["labels"][podmonitor["spec"]["jobLabel"]],
+        "namespace": namespace,
+        "pod": pod,
+        "container": container(deployment)["name"],
+        "endpoint": endpoint["port"],
+    }
+    return {
+        "job_name": f"podMonitor/{namespace}/{podmonitor['metadata']['name']}/0",
+        "metrics_path": endpoint["path"],
+        "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"], "labels": labels}],
+    }
+
+
 @pytest.fixture(scope="module")
 def live(
-    objects: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, rules_dir: Path
+    objects: list[dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+    rules_dir: Path,
+    pytestconfig: pytest.Config,
 ) -> Iterator[Live]:
     directory = tmp_path_factory.mktemp("prometheus")
     require_tool("prometheus")
-    deployment, podmonitor = find(objects, "Deployment"), find(objects, "PodMonitor")
+    deployment = find(objects, "Deployment")
     namespace, pod = deployment["metadata"]["namespace"], deployment["metadata"]["name"] + POD_SUFFIX
-    target = float(
-        find(objects, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
-    )
-    # The Deployment's environment; the token is the tests' (the shipped placeholder is refused on purpose).
-    env = {name: value for name, value in environment(objects).items() if name != f"{PREFIX}ACCESS_TOKEN"}
-    settings = {name.removeprefix(PREFIX): value for name, value in env.items() if name.startswith(PREFIX)}
-    others = {name: value for name, value in env.items() if not name.startswith(PREFIX)}
-    others["SLOW_SERVICE_BATCH_S"] = str(4 * target / 1000)  # a batch takes 4 x the target: requests queue
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in others.items():
-            patch.setenv(name, value)
-        service = start_service(
-            directory / "service.log",
-            [sys.executable, str(TESTS_DIR / "slow_service.py")],
-            ACCESS_TOKEN=ACCESS_TOKEN,
-            **settings,
-        )
+    hpa = find(objects, "HorizontalPodAutoscaler")["spec"]
+    target = float(hpa["metrics"][0]["pods"]["target"]["averageValue"])
+    # Each batch takes 4 x the target: under the overload, requests wait for the batches before theirs.
+    service = start_slow_service(objects, directory, batch_s=4 * target / 1000)
     prometheus = None
     try:
-        endpoint = podmonitor["spec"]["podMetricsEndpoints"][0]
-        labels = deployment["spec"]["template"]["metadata"]["labels"]
-        target_labels = {
-            "job": labels[podmonitor["spec"]["jobLabel"]],
-            "namespace": namespace,
-            "pod": pod,
-            "container": container(deployment)["name"],
-            "endpoint": endpoint["port"],
-        }
-        prometheus = Prometheus(
-            directory,
-            {
-                "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-                "rule_files": [str(rules_dir / "rules.yaml")],
-                "scrape_configs": [
-                    {
-                        "job_name": f"podMonitor/{namespace}/{podmonitor['metadata']['name']}/0",
-                        "metrics_path": endpoint["path"],
-                        "static_configs": [
-                            {"targets": [f"127.0.0.1:{service.metrics_port}"], "labels": target_labels}
-                        ],
-                    }
-                ],
-            },
-        )
+        prometheus = Prometheus(directory, {
+            "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+            "rule_files": [str(rules_dir / "rules.yaml")],
+            "scrape_configs": [scrape_config(objects, pod, service.metrics_port)],
+        })  # fmt: skip
         query = adapter_query(namespace, pod)
         with Load(service.http_url, users=1) as light:  # every series gets samples and rates
             time.sleep(3)
         with Load(service.http_url, users=OVERLOAD_USERS) as overload:
+            started = time.monotonic()
             peak = wait_for(prometheus, query, lambda value: value > target, SIGNAL_TIMEOUT_S)
+            rise_s = time.monotonic() - started
             time.sleep(3)  # the recording rules and the dashboard's queries see the overload too
             queries = recording_rules(objects) + dashboard_queries(objects, namespace) + [query]
             answers = {promql: prometheus.query(promql) for promql in queries}
             selectors = [adapter_rule()["seriesQuery"], *variable_selectors(objects, namespace).values()]
             series = {selector: prometheus.api("series", **{"match[]": selector}) for selector in selectors}
+        stopped = time.monotonic()
         rest = wait_for(prometheus, query, lambda value: value < target, REST_TIMEOUT_S)
-        yield Live(
-            exported_metrics(f"http://127.0.0.1:{service.metrics_port}"),
-            answers,
-            series,
-            target,
-            peak or 0.0,
-            rest if rest is not None else float("inf"),
-            light.failures() + overload.failures(),
+        fall_s = time.monotonic() - stopped
+        rest_signal = rest if rest is not None else float("inf")
+        report(
+            pytestconfig,
+            f"monitoring figures: queue time {peak or 0:.1f} ms per request {rise_s:.0f} s into an overload, "
+            f"{rest_signal:.1f} ms {fall_s:.0f} s after it (target {target:g} ms)",
         )
+        failures = light.failures() + overload.failures()
+        exported = exported_metrics(f"http://127.0.0.1:{service.metrics_port}")
+        yield Live(exported, answers, series, target, peak or 0.0, rest_signal, failures)
     finally:
         if prometheus:
             prometheus.stop()
