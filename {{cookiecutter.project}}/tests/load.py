@@ -53,9 +53,13 @@ class Load:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
+    def halt(self) -> None:
+        """Send no new request (the ones in flight go on)."""
+        self._stopping.set()
+
     def stop(self) -> None:
         """Send no new request; wait for the ones in flight; close the clients."""
-        self._stopping.set()
+        self.halt()
         for thread in self._threads:
             thread.join()
         for client in self._clients:

@@ -91,12 +91,14 @@ def require_tool(name: str) -> str:
     pytest.skip(f"{name} not found: {_INSTALL[name]}")
 
 
-def render(output: Path, image: str = IMAGE) -> dict[str, list[dict[str, Any]]]:
-    """``make k8s IMAGE=image`` into ``output``; the objects of each overlay, as kubectl would apply them."""
+def render(output: Path, image: str = IMAGE, project: Path = PROJECT_DIR) -> dict[str, list[dict[str, Any]]]:
+    """``make k8s IMAGE=image`` into ``output``; the objects of each overlay, as kubectl would apply them.
+
+    ``project``: a copy of this project's Makefile and deploy/ to render instead (one with a real token)."""
     require_tool("kubectl")
     result = subprocess.run(
         ["make", "--no-print-directory", "k8s", f"IMAGE={image}", f"K8S_DIR={output}"],
-        cwd=PROJECT_DIR,
+        cwd=project,
         capture_output=True,
         text=True,
         timeout=120,
