@@ -7,9 +7,11 @@ DEMO_DIR := build/demo
 DEMO_PROJECT := $(DEMO_DIR)/my-service
 # The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
 DEMO_PORT ?= 8000
+# checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
+CHECKOV_VENV := .venv-checkov
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server test lint demo bench clean
+.PHONY: help venv install-server deploy-tools test lint demo bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -25,7 +27,22 @@ $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
 install-server: venv  ## download tritonserver into the user cache (otherwise done on first use)
 	$(VENV)/bin/tritonrt install-server
 
-test: install-server  ## every test: runtime/tests, loadtests/tests, tests/ (the template: hooks, bakes)
+deploy-tools: $(CHECKOV_VENV)/.installed  ## the generated k8s tests' tools: promtool + prometheus (apt), checkov
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Debian's prometheus package (promtool, prometheus) for the k8s tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else \
+		echo "promtool and prometheus not found: the k8s tests that need them skip (sudo apt-get install prometheus)" >&2; \
+	fi
+	@command -v kubectl >/dev/null 2>&1 || echo "kubectl not found: the k8s tests skip (https://kubernetes.io/docs/tasks/tools/)" >&2
+
+$(CHECKOV_VENV)/.installed:
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov>=3.2,<4"
+	touch $@
+
+test: install-server deploy-tools  ## every test: runtime/tests, loadtests/tests, tests/ (the template: hooks, bakes)
 	cd runtime && ../$(PY) -m pytest
 	$(PY) -m pytest loadtests/tests
 	$(PY) -m pytest tests
