@@ -86,7 +86,7 @@ def require_tritonserver() -> None:
 def start_service(log: Path, command: list[str] | None = None, **settings: str) -> Service:
     """Start the service on free ports, ``settings`` (names without the prefix) added; wait until ready.
 
-    ``command``: what to run instead of ``python -m {{ cookiecutter.package }}`` (e.g. a wrapper of it)."""
+    ``command``: what to run instead of the service's own command (e.g. a wrapper of the service)."""
     require_tritonserver()
     http_port, grpc_port, metrics_port = free_ports(3)
     env = {
