@@ -13,9 +13,11 @@ DEMO_PORT ?= 8000
 EXTRA_PYTHONS ?= 3.10
 # Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
 find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
+# checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
+CHECKOV_VENV := .venv-checkov
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server test lint demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools test lint demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -31,6 +33,21 @@ $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
 install-server: venv  ## download tritonserver into the user cache (otherwise done on first use)
 	$(VENV)/bin/tritonrt install-server
 
+deploy-tools: $(CHECKOV_VENV)/.installed  ## the generated k8s tests' tools: promtool + prometheus (apt), checkov
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Debian's prometheus package (promtool, prometheus) for the k8s tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else \
+		echo "promtool and prometheus not found: the k8s tests that need them skip (sudo apt-get install prometheus)" >&2; \
+	fi
+	@command -v kubectl >/dev/null 2>&1 || echo "kubectl not found: the k8s tests skip (https://kubernetes.io/docs/tasks/tools/)" >&2
+
+$(CHECKOV_VENV)/.installed:
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov>=3.2,<4"
+	touch $@
+
 # The runtime and its test tools on Python X.Y (the server with the stub for X.Y comes on first use).
 $(VENV)-py%/.installed: runtime/pyproject.toml
 	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
@@ -41,7 +58,7 @@ $(VENV)-py%/.installed: runtime/pyproject.toml
 	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]"
 	touch $@
 
-test: install-server $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
+test: install-server deploy-tools $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
 	@for version in $(EXTRA_PYTHONS); do \
 		echo "==> the runtime's tests on Python $$version"; \

@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -59,7 +60,19 @@ VARIANTS = {
 VENDORED = ("runtime", "loadtests")
 # Skips the generated suite may report here, each with the reason it must give.
 ALLOWED_SKIPS = {"pytorch": "torch is not installed", "batching-off-streaming": "torch is not installed"}
-JINJA = re.compile(r"(?<!\$)\{\{|\{%|\{#")  # "${{" is GitHub Actions syntax, kept by {% raw %}
+# The variants whose suite runs the deploy/k8s tests (marker k8s): the overlays do not depend on the tensors,
+# so the defaults and the one with two models and the longest names stand for all.
+K8S_VARIANTS = ("defaults", "long-names")
+# The k8s tests' tools: a test that needs a missing one skips, and may, naming it ("<tool> not found").
+CHECKOV = REPO_ROOT / ".venv-checkov" / "bin" / "checkov"
+K8S_TOOLS = {
+    "kubectl": shutil.which("kubectl"),
+    "promtool": shutil.which("promtool"),
+    "prometheus": shutil.which("prometheus"),
+    "checkov": str(CHECKOV) if CHECKOV.exists() else shutil.which("checkov"),
+}
+# "${{" is GitHub Actions syntax, kept by {% raw %}; "{{ $" is Prometheus' alert templating (PrometheusRule).
+JINJA = re.compile(r"(?<!\$)\{\{(?!\s*\$)|\{%|\{#")
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
@@ -93,6 +106,11 @@ def test_config_files_parse(project: Path) -> None:
     assert workflows
     for workflow in workflows:
         assert "jobs" in yaml.safe_load(workflow.read_text())
+    manifests = [*(project / "deploy").rglob("*.yaml"), *(project / "tests" / "k8s").glob("*.yaml")]
+    assert len(manifests) >= 10
+    for manifest in manifests:
+        assert all(document is not None for document in yaml.safe_load_all(manifest.read_text())), manifest
+    assert json.loads((project / "deploy" / "k8s" / "base" / "dashboard.json").read_text())["panels"]
     assert json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]["project"] == project.name
 
 
@@ -123,6 +141,7 @@ def test_make_help_lists_every_target(project: Path) -> None:
     listed = re.findall(r"make (\S+)", result.stdout)
     expected = ["help", "install", "serve", "test", "lint", "image", "run", "wheels", "loadtest", "loadtest-ui",
                 "update"]  # fmt: skip
+    expected += ["k8s", "checkov"]
     assert listed == expected
 
 
@@ -151,19 +170,25 @@ def test_the_generated_suite_passes(project: Path, tmp_path: Path, request: pyte
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
     report = tmp_path / "report.xml"
+    variant = request.node.callspec.params["project"]
+    # The container tests belong to the image's own checks (tests/test_container.py); here the unit,
+    # integration and, for K8S_VARIANTS, the k8s tests run.
+    markers = "not container" if variant in K8S_VARIANTS else "not container and not k8s"
+    env = {**os.environ, "PYTHONPATH": str(site), **({"CHECKOV": K8S_TOOLS["checkov"]} if K8S_TOOLS["checkov"] else {})}
     result = subprocess.run(
-        # The container tests belong to the image's own checks; here the unit and integration tests run.
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--ignore=tests/test_container.py",
-         f"--junitxml={report}", "-q"],
-        cwd=project, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=1800,
+         "-m", markers, f"--junitxml={report}", "-q"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     suite = ElementTree.parse(report).getroot().find("testsuite")
     assert int(suite.get("tests")) >= 15
     skipped = {case.get("name"): case.find("skipped").get("message") for case in suite.iter("testcase")
                if case.find("skipped") is not None}  # fmt: skip
-    allowed = ALLOWED_SKIPS.get(request.node.callspec.params["project"])
-    assert all(allowed and allowed in reason for reason in skipped.values()), skipped
+    allowed = [ALLOWED_SKIPS.get(variant)] + [f"{tool} not found" for tool, path in K8S_TOOLS.items() if not path]
+    assert all(any(reason and reason in message for reason in allowed) for message in skipped.values()), skipped
+    k8s = [case for case in suite.iter("testcase") if ".test_k8s_" in "." + case.get("classname", "")]
+    assert len(k8s) >= (30 if variant in K8S_VARIANTS else 0) and (k8s == []) == (variant not in K8S_VARIANTS)
     integration = [case for case in suite.iter("testcase") if case.get("classname", "").endswith("test_service")]
     assert integration and not any(case.find("skipped") is not None for case in integration)
 

@@ -2,7 +2,8 @@
 
 Bakes the default project, builds (or reuses) the offline stand-in for the NGC base image
 (``docker/build_stand_in_base.py``), fills the project's ``wheels/`` with ``make wheels`` and runs the
-project's own ``tests/test_container.py`` against an image built on the stand-in with no network.
+project's own ``tests/test_container.py`` and ``tests/test_k8s_kubelet.py`` (the image under the
+Kubernetes Deployment's settings; with kubectl) against an image built on the stand-in with no network.
 ``STAND_IN_SUITES`` picks the stand-ins, comma-separated: ``bookworm`` (Python 3.11, the default),
 ``trixie`` (Python 3.13; the Python backend stub needs numpy 1.x, which has no wheels for 3.13, so this one
 passes only once tritonrt's native backend replaces the stub), or ``bookworm,trixie``. The
@@ -25,6 +26,7 @@ import importlib.util
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -185,7 +187,9 @@ def test_generated_container_tests_pass_on_the_stand_in_base(
 
     echo(pytestconfig, "generated container tests:")
     env = {**os.environ, "BASE_IMAGE": base, "PYTHONPATH": os.pathsep.join(["src", "runtime"])}
-    command = [sys.executable, "-m", "pytest", "tests/test_container.py", "-p", "no:cacheprovider", "-rs", "-v"]
+    # The kubelet contract (the image under the Deployment's settings) renders deploy/k8s with kubectl.
+    files = ["tests/test_container.py"] + (["tests/test_k8s_kubelet.py"] if shutil.which("kubectl") else [])
+    command = [sys.executable, "-m", "pytest", *files, "-p", "no:cacheprovider", "-rs", "-v"]
     status, output = run_echoed(pytestconfig, command, cwd=project, env=env)
     summary = output.strip().splitlines()[-1]
     assert status == 0, f"the generated container tests failed: {summary}\n{output[-6000:]}"

@@ -83,8 +83,10 @@ def require_tritonserver() -> None:
         pytest.skip("no tritonserver found and TRITONRT_NO_DOWNLOAD=1: run tritonrt install-server")
 
 
-def start_service(log: Path, **settings: str) -> Service:
-    """Start the service on free ports, ``settings`` (names without the prefix) added; wait until ready."""
+def start_service(log: Path, command: list[str] | None = None, **settings: str) -> Service:
+    """Start the service on free ports, ``settings`` (names without the prefix) added; wait until ready.
+
+    ``command``: what to run instead of the service's own command (e.g. a wrapper of the service)."""
     require_tritonserver()
     http_port, grpc_port, metrics_port = free_ports(3)
     env = {
@@ -96,7 +98,7 @@ def start_service(log: Path, **settings: str) -> Service:
     }
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", PACKAGE], env=env, stdout=sink, stderr=subprocess.STDOUT
+            command or [sys.executable, "-m", PACKAGE], env=env, stdout=sink, stderr=subprocess.STDOUT
         )
     service = Service(process, log, http_port, grpc_port, metrics_port)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S

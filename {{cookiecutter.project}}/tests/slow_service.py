@@ -1,0 +1,29 @@
+"""The service with a slow model, so that requests queue: ``python tests/slow_service.py``.
+
+Runs ``python -m {{ cookiecutter.package }}`` unchanged, except that every batch takes
+``SLOW_SERVICE_BATCH_S`` seconds (default 0.1) longer. The monitoring tests overload it to see Triton's
+queue time, and the autoscaler's signal, rise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from {{ cookiecutter.package }} import model, service
+
+_DELAY_S = float(os.environ.get("SLOW_SERVICE_BATCH_S", "0.1"))
+_predict = model.Model.predict
+
+
+def _slow_predict(self: model.Model, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    time.sleep(_DELAY_S)
+    return _predict(self, **inputs)
+
+
+if __name__ == "__main__":
+    model.Model.predict = _slow_predict
+    sys.exit(service.main())
