@@ -310,7 +310,8 @@ class WorkerConnection:
                 outputs.append(entry)
             records.append(outputs)
         responses.clear()
-        response = value = array = None  # noqa: F841 - drop the loop's references to the callable's arrays
+        # Drop the loop's references to the callable's arrays and to the region's base array (see _retained).
+        response = value = array = peer_base = None  # noqa: F841
         parts: list = [b""]
         inline_end = 0
         for run in inline.values():
