@@ -8,6 +8,8 @@ Regional offsets are checked where the region is read.
 from __future__ import annotations
 
 import struct
+from functools import partial
+from math import prod
 
 from tritonrt.proxy.wire import (
     CORRELATION_NONE,
@@ -33,6 +35,7 @@ from tritonrt.proxy.wire import (
     MAX_NAME_BYTES,
     MAX_NDIM,
     MAX_TEXT_BYTES,
+    REQUEST_FIXED_SIZE,
     REQUEST_LAYOUT,
     RESPONSE_FIXED_SIZE,
     RESPONSE_LAYOUT,
@@ -49,12 +52,14 @@ from tritonrt.proxy.wire import (
     TensorMeta,
     Welcome,
     WireError,
-    expected_bytes,
 )
 
 __all__ = ["decode_batch", "decode_body", "decode_reply"]
 
 _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
+# NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
+_tensor_meta = partial(tuple.__new__, TensorMeta)
+_request_meta = partial(tuple.__new__, RequestMeta)
 _PARAMETER_MIN = 9  # type byte, key length, one key byte, ... a bool's value
 
 
@@ -102,61 +107,99 @@ class _Reader:
         return count
 
     def tensor(self, what: str) -> TensorMeta:
-        name_length, dtype, location, ndim, _, offset, byte_length = self.unpack(TENSOR_LAYOUT, what)
-        if dtype not in ELEMENT_SIZES:
-            raise WireError(f"{what}: unknown data type {dtype}")
+        # The hot path of every batch: plain locals and C-level checks, one bounds check per record.
+        buffer, at = self.buffer, self.at
+        if at + TENSOR_FIXED_SIZE > self.end:
+            raise WireError(f"{what} runs past the metadata's end")
+        name_length, dtype, location, ndim, _, offset, byte_length = TENSOR_LAYOUT.unpack_from(buffer, at)
+        at += TENSOR_FIXED_SIZE
         if ndim > MAX_NDIM:
             raise WireError(f"{what}: {ndim} dimensions (limit {MAX_NDIM})")
-        shape = DIMS_LAYOUTS[ndim].unpack_from(self.buffer, self.take(8 * ndim, what))
-        name = self.name(what, name_length)
-        expected = expected_bytes(dtype, shape)
+        name_start = at + 8 * ndim
+        name_end = name_start + name_length
+        if name_length > MAX_NAME_BYTES or name_end > self.end:
+            raise WireError(f"{what}: its name ({name_length} bytes) runs past the metadata's end or its limit")
+        shape = DIMS_LAYOUTS[ndim].unpack_from(buffer, at)
+        self.at = name_end
+        try:
+            name = str(buffer[name_start:name_end], "utf-8")
+        except UnicodeDecodeError:
+            raise WireError(f"{what}: its name is not UTF-8") from None
+        if not name or "\0" in name:
+            raise WireError(f"{what} {name!r}: a name is empty or holds a NUL")
+        size = ELEMENT_SIZES.get(dtype)
+        if size is None:
+            raise WireError(f"{what} {name!r}: unknown data type {dtype}")
+        if ndim and min(shape) < 0:
+            raise WireError(f"{what} {name!r}: shape {list(shape)} has a negative dimension")
+        expected = prod(shape) * size
         if byte_length != expected and not (dtype == DTYPE_BYTES and byte_length > expected):
             raise WireError(f"{what} {name!r}: shape {list(shape)} needs {expected} bytes, not {byte_length}")
-        header = self.header
         if location == LOCATION_INLINE:
-            if offset + byte_length > header.data_length:
-                raise WireError(f"{what} {name!r}: its bytes lie outside the {header.data_length}-byte data section")
+            if offset + byte_length > self.header.data_length:
+                raise WireError(
+                    f"{what} {name!r}: its bytes lie outside the {self.header.data_length}-byte data section"
+                )
         elif location == LOCATION_SENDER_REGION:
-            if not header.region_id:
+            if not self.header.region_id:
                 raise WireError(f"{what} {name!r} is in the sender's region, but the message names none")
         elif location == LOCATION_RECEIVER_REGION:
-            if not header.peer_region_id:
+            if not self.header.peer_region_id:
                 raise WireError(f"{what} {name!r} is in the receiver's region, but the message names none")
         else:
             raise WireError(f"{what} {name!r}: unknown location {location}")
-        return TensorMeta(name, dtype, location, offset, byte_length, shape)
+        return _tensor_meta((name, dtype, location, offset, byte_length, shape))
 
     def request(self, index: int) -> RequestMeta:
-        what = f"request {index}"
-        fields = self.unpack(REQUEST_LAYOUT, what)
-        input_count, output_count, parameter_count, flags, correlation_kind, correlation = fields
-        request_id = self.str(MAX_TEXT_BYTES, f"{what}: its id")
+        what = "request"
+        at = self.at
+        if at + REQUEST_FIXED_SIZE + 4 > self.end:
+            raise WireError(f"request {index} runs past the metadata's end")
+        input_count, output_count, parameter_count, flags, correlation_kind, correlation = REQUEST_LAYOUT.unpack_from(
+            self.buffer, at
+        )
+        self.at = at + REQUEST_FIXED_SIZE
+        if self.buffer[self.at : self.at + 4] == b"\0\0\0\0":  # no request id: the common case
+            self.at += 4
+            request_id = ""
+        else:
+            request_id = self.str(MAX_TEXT_BYTES, "a request id")
         if correlation_kind == CORRELATION_NONE:
             correlation = None
         elif correlation_kind == CORRELATION_STRING:
-            correlation = self.str(MAX_TEXT_BYTES, f"{what}: its correlation id")
+            correlation = self.str(MAX_TEXT_BYTES, f"request {index}: its correlation id")
         elif correlation_kind != CORRELATION_UINT:
-            raise WireError(f"{what}: unknown correlation id kind {correlation_kind}")
+            raise WireError(f"request {index}: unknown correlation id kind {correlation_kind}")
         parameters: dict = {}
-        for _ in range(self.count(parameter_count, _PARAMETER_MIN - 3, f"parameters of {what}")):
-            kind = self.unpack(_U8, what)[0]
-            key = self.name(f"{what}: a parameter's key")
-            if kind == 0:
-                parameters[key] = self.str(MAX_TEXT_BYTES, f"{what}: parameter {key!r}")
-            elif kind == 1:
-                parameters[key] = self.unpack(_I64, what)[0]
-            elif kind == 2:
-                flag = self.unpack(_U8, what)[0]
-                if flag > 1:
-                    raise WireError(f"{what}: parameter {key!r} is a bool of value {flag}")
-                parameters[key] = bool(flag)
-            elif kind == 3:
-                parameters[key] = self.unpack(_F64, what)[0]
-            else:
-                raise WireError(f"{what}: parameter {key!r} has unknown type {kind}")
-        requested = [self.name(f"{what}: a requested output") for _ in range(self.count(output_count, 5, what))]
-        inputs = [self.tensor(f"{what}: input") for _ in range(self.count(input_count, TENSOR_FIXED_SIZE, what))]
-        return RequestMeta(request_id, flags, correlation, parameters, requested or None, inputs)
+        if parameter_count:
+            what = f"request {index}"
+            for _ in range(self.count(parameter_count, _PARAMETER_MIN - 3, f"parameters of {what}")):
+                self.parameter(parameters, what)
+        requested = None
+        if output_count:
+            count = self.count(output_count, 5, f"request {index}")
+            requested = [self.name(f"request {index}: a requested output") for _ in range(count)]
+        if input_count * TENSOR_FIXED_SIZE > self.end - self.at:
+            raise WireError(f"request {index}: {input_count} inputs cannot fit in what is left")
+        inputs = [self.tensor(what) for _ in range(input_count)]
+        return _request_meta((request_id, flags, correlation, parameters, requested, inputs))
+
+    def parameter(self, parameters: dict, what: str) -> None:
+        kind = self.unpack(_U8, what)[0]
+        key = self.name(f"{what}: a parameter's key")
+        if kind == 0:
+            parameters[key] = self.str(MAX_TEXT_BYTES, f"{what}: parameter {key!r}")
+        elif kind == 1:
+            parameters[key] = self.unpack(_I64, what)[0]
+        elif kind == 2:
+            flag = self.unpack(_U8, what)[0]
+            if flag > 1:
+                raise WireError(f"{what}: parameter {key!r} is a bool of value {flag}")
+            parameters[key] = bool(flag)
+        elif kind == 3:
+            parameters[key] = self.unpack(_F64, what)[0]
+        else:
+            raise WireError(f"{what}: parameter {key!r} has unknown type {kind}")
 
     def response(self, index: int) -> ResponseMeta:
         what = f"response {index}"
