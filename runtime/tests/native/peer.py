@@ -43,7 +43,8 @@ TYPES = {
 
 def _tensors(prefix: str, optional: bool) -> str:
     flag = " optional: true" if optional else ""
-    return ", ".join(f'{{ name: "{prefix}_{name}" data_type: {kind} dims: [-1]{flag} }}' for name, kind in TYPES.items())
+    tensors = (f'{{ name: "{prefix}_{name}" data_type: {kind} dims: [-1]{flag} }}' for name, kind in TYPES.items())
+    return ", ".join(tensors)
 
 
 CONFIGS = {
@@ -126,7 +127,8 @@ class Peer:
 
     def _stream(self, connection, seq: int, requests) -> None:
         plans = [
-            (r.inputs["IN"], int(r.inputs["COUNT"].reshape(-1)[0]), int(r.inputs.get("DELAY_MS", [0])[0])) for r in requests
+            (r.inputs["IN"], int(r.inputs["COUNT"].reshape(-1)[0]), int(r.inputs.get("DELAY_MS", [0])[0]))
+            for r in requests
         ]
         requests = None
         steps = max(count for _, count, _ in plans)
