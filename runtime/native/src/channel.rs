@@ -78,7 +78,13 @@ pub struct Channel {
 impl Channel {
     /// Connect to the worker at `path` and shake hands. `owner` is the user id the worker must run as
     /// (the owner of the connection file). The error says what to fix.
-    pub fn connect(path: &Path, hello: &Hello<'_>, decoupled: bool, owner: u32, timeout: Duration) -> Result<Channel, String> {
+    pub fn connect(
+        path: &Path,
+        hello: &Hello<'_>,
+        decoupled: bool,
+        owner: u32,
+        timeout: Duration,
+    ) -> Result<Channel, String> {
         let stream = UnixStream::connect(path).map_err(|e| {
             format!(
                 "cannot connect to the tritonrt process serving model {:?} at {}: {e}. That process must be running \
@@ -102,7 +108,13 @@ impl Channel {
             end: 0,
             consumed: 0,
             fds: VecDeque::new(),
-            settings: Settings { worker_pid: 0, inline_threshold: 0, spin_us: 0, region_limit: 0, worker_version: String::new() },
+            settings: Settings {
+                worker_pid: 0,
+                inline_threshold: 0,
+                spin_us: 0,
+                region_limit: 0,
+                worker_version: String::new(),
+            },
             own: None,
             own_announced: false,
             next_region_id: 1,
@@ -118,13 +130,18 @@ impl Channel {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!("the tritonrt process at {} did not answer the handshake within {timeout:?}", path.display()));
+                return Err(format!(
+                    "the tritonrt process at {} did not answer the handshake within {timeout:?}",
+                    path.display()
+                ));
             }
-            let incoming = channel.poll_message(left.as_millis().min(i32::MAX as u128) as i32).map_err(|Broken(e)| {
-                format!("the handshake with the tritonrt process at {} failed: {e}", path.display())
-            })?;
+            let incoming =
+                channel.poll_message(left.as_millis().min(i32::MAX as u128) as i32).map_err(|Broken(e)| {
+                    format!("the handshake with the tritonrt process at {} failed: {e}", path.display())
+                })?;
             let Some(incoming) = incoming else { continue };
-            let body = decode_body(&incoming.header, incoming.meta).map_err(|e| format!("bad handshake answer: {e}"))?;
+            let body =
+                decode_body(&incoming.header, incoming.meta).map_err(|e| format!("bad handshake answer: {e}"))?;
             let settings = match (incoming.header.kind, body) {
                 (KIND_WELCOME, Body::Welcome(welcome)) => Settings {
                     worker_pid: welcome.worker_pid,
@@ -134,7 +151,10 @@ impl Channel {
                     worker_version: welcome.worker_version.to_string(),
                 },
                 (KIND_REFUSE, Body::Refuse(message)) => {
-                    return Err(format!("the tritonrt process serving model {:?} refused this instance: {message}", hello.model_name));
+                    return Err(format!(
+                        "the tritonrt process serving model {:?} refused this instance: {message}",
+                        hello.model_name
+                    ));
                 }
                 (kind, _) => return Err(format!("the handshake was answered with a message of kind {kind}")),
             };
@@ -147,7 +167,8 @@ impl Channel {
     /// Send a whole encoded message; with `new_region`, our current region's descriptor goes with it.
     pub fn send(&mut self, message: &[u8], new_region: bool) -> Result<(), Broken> {
         let fd = if new_region { self.own.as_ref().map(|own| own.fd()) } else { None };
-        sys::send_all(self.stream.as_fd(), message, fd).map_err(|e| Broken(format!("sending to the worker failed: {e}")))?;
+        sys::send_all(self.stream.as_fd(), message, fd)
+            .map_err(|e| Broken(format!("sending to the worker failed: {e}")))?;
         if new_region {
             self.own_announced = true;
         }
@@ -209,7 +230,8 @@ impl Channel {
                 }
             }
         }
-        sys::wait_readable(self.stream.as_fd(), timeout_ms).map_err(|e| Broken(format!("waiting for the worker failed: {e}")))
+        sys::wait_readable(self.stream.as_fd(), timeout_ms)
+            .map_err(|e| Broken(format!("waiting for the worker failed: {e}")))
     }
 
     /// The next message, waiting at most `timeout_ms` (None when it has not come by then).
@@ -245,18 +267,26 @@ impl Channel {
         self.consumed = total;
         let mut region_error = None;
         if header.flags & FLAG_NEW_REGION != 0 {
-            let fd = self.fds.pop_front().ok_or_else(|| Broken("a new region was announced without its descriptor".into()))?;
+            let fd = self
+                .fds
+                .pop_front()
+                .ok_or_else(|| Broken("a new region was announced without its descriptor".into()))?;
             self.peer = None;
             match PeerRegion::map(header.region_id, fd, header.region_size) {
                 Ok(region) => self.peer = Some(region),
                 Err(error) => region_error = Some(error),
             }
         }
-        if header.region_id != 0 && self.peer.as_ref().map(|peer| peer.id) != Some(header.region_id) && region_error.is_none() {
-            region_error = Some(format!("the message refers to the worker's region {}, which is not mapped", header.region_id));
+        if header.region_id != 0
+            && self.peer.as_ref().map(|peer| peer.id) != Some(header.region_id)
+            && region_error.is_none()
+        {
+            region_error =
+                Some(format!("the message refers to the worker's region {}, which is not mapped", header.region_id));
         }
         if header.peer_region_id != 0 && self.own.as_ref().map(|own| own.id) != Some(header.peer_region_id) {
-            region_error = Some(format!("the message refers to our region {}, which is not current", header.peer_region_id));
+            region_error =
+                Some(format!("the message refers to our region {}, which is not current", header.peer_region_id));
         }
         let message = &self.buf[self.start..self.start + total];
         let meta_end = HEADER_SIZE + header.meta_length as usize;

@@ -120,9 +120,12 @@ impl Connection {
                 }
                 (Some("socket"), Some(index), Some(path)) => {
                     let index: usize = index.parse().map_err(|_| format!("bad socket index {index:?}"))?;
-                    let slot = sockets.get_mut(index).ok_or_else(|| format!("socket {index} is past the instance count"))?;
+                    let slot =
+                        sockets.get_mut(index).ok_or_else(|| format!("socket {index} is past the instance count"))?;
                     if !path.starts_with('/') || path.len() > MAX_SOCKET_PATH || path.contains('\0') {
-                        return Err(format!("socket {index}: {path:?} is not an absolute path of at most {MAX_SOCKET_PATH} bytes"));
+                        return Err(format!(
+                            "socket {index}: {path:?} is not an absolute path of at most {MAX_SOCKET_PATH} bytes"
+                        ));
                     }
                     if slot.replace(PathBuf::from(path)).is_some() {
                         return Err(format!("socket {index} is listed twice"));
@@ -174,7 +177,8 @@ mod tests {
 
     #[test]
     fn connection_file_is_parsed_strictly() {
-        let text = format!("tritonrt-connection 1\ntoken {TOKEN}\ninstances 2\nsocket 1 /tmp/b.sock\nsocket 0 /tmp/a.sock\n");
+        let text =
+            format!("tritonrt-connection 1\ntoken {TOKEN}\ninstances 2\nsocket 1 /tmp/b.sock\nsocket 0 /tmp/a.sock\n");
         let connection = Connection::parse(&text, 5).unwrap();
         assert_eq!(connection.sockets, vec![PathBuf::from("/tmp/a.sock"), PathBuf::from("/tmp/b.sock")]);
         assert_eq!(connection.owner, 5);

@@ -79,9 +79,7 @@ pub fn element_count(shape: &[i64]) -> Result<u64, String> {
     let mut count: u64 = 1;
     for &dim in shape {
         let dim = u64::try_from(dim).map_err(|_| format!("shape {shape:?} has a negative dimension"))?;
-        count = count
-            .checked_mul(dim)
-            .ok_or_else(|| format!("shape {shape:?} has more elements than 2^64"))?;
+        count = count.checked_mul(dim).ok_or_else(|| format!("shape {shape:?} has more elements than 2^64"))?;
     }
     Ok(count)
 }
@@ -91,9 +89,7 @@ pub fn element_count(shape: &[i64]) -> Result<u64, String> {
 pub fn expected_bytes(dtype: DataType, shape: &[i64]) -> Result<u64, String> {
     let count = element_count(shape)?;
     let size = dtype.element_size().unwrap_or(4);
-    count
-        .checked_mul(size)
-        .ok_or_else(|| format!("shape {shape:?} of {} needs more than 2^64 bytes", dtype.name()))
+    count.checked_mul(size).ok_or_else(|| format!("shape {shape:?} of {} needs more than 2^64 bytes", dtype.name()))
 }
 
 /// Check that `byte_length` is right for a tensor of `dtype` and `shape`: equal to elements x size, or for
@@ -108,10 +104,7 @@ pub fn check_byte_length(dtype: DataType, shape: &[i64], byte_length: u64) -> Re
             ));
         }
     } else if byte_length != expected {
-        return Err(format!(
-            "shape {shape:?} of {} needs {expected} bytes, but {byte_length} were sent",
-            dtype.name()
-        ));
+        return Err(format!("shape {shape:?} of {} needs {expected} bytes, but {byte_length} were sent", dtype.name()));
     }
     Ok(())
 }
@@ -127,9 +120,7 @@ pub fn check_bytes_serialization(data: &[u8], elements: u64) -> Result<(), Strin
         let length = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
         at += 4;
         if length > data.len() - at {
-            return Err(format!(
-                "BYTES element {index} of {elements}: its length {length} runs past the data's end"
-            ));
+            return Err(format!("BYTES element {index} of {elements}: its length {length} runs past the data's end"));
         }
         at += length;
     }

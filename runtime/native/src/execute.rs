@@ -124,7 +124,10 @@ impl Executor {
         if let Err(Broken(error)) = self.await_answer(batch, &mut live) {
             self.channel = None;
             let failure = self.lost(error);
-            live.iter().filter(|request| !request.done).for_each(|request| batch.fail(request.index, &failure));
+            for request in live.iter_mut().filter(|request| !request.done) {
+                batch.fail(request.index, &failure);
+                request.done = true;
+            }
         }
         timing.compute_end_ns = sys::monotonic_ns();
         for request in live.iter().filter(|request| !request.done) {
@@ -147,7 +150,12 @@ impl Executor {
     }
 
     /// Read and check the requests, fail those that cannot be sent, and send the others as one BATCH.
-    fn send_batch<B: Batch>(&mut self, batch: &mut B, live: &mut Vec<Live>, timing: &mut Timing) -> Result<(), SendError> {
+    fn send_batch<B: Batch>(
+        &mut self,
+        batch: &mut B,
+        live: &mut Vec<Live>,
+        timing: &mut Timing,
+    ) -> Result<(), SendError> {
         let channel = self.channel.as_mut().expect("connected");
         let threshold = channel.settings.inline_threshold.max(1);
         let mut views = Vec::with_capacity(batch.len());
@@ -157,7 +165,10 @@ impl Executor {
                 failed.push((index, Failure::new(ERROR_CANCELLED, "tritonrt: the request was cancelled")));
                 continue;
             }
-            match batch.read(index, self.target.sequence).and_then(|view| check_inputs(&view.inputs, batch).map(|()| view)) {
+            match batch
+                .read(index, self.target.sequence)
+                .and_then(|view| check_inputs(&view.inputs, batch).map(|()| view))
+            {
                 Ok(view) => {
                     timing.batch_size += request_batch_size(&view.inputs, self.target.max_batch_size);
                     live.push(Live {
@@ -172,7 +183,8 @@ impl Executor {
             }
         }
         // Where each input goes: inline or in our region; the tensors of one name back to back per location.
-        let mut placement: Vec<Vec<(u8, u64)>> = views.iter().map(|view| vec![(LOCATION_INLINE, 0); view.inputs.len()]).collect();
+        let mut placement: Vec<Vec<(u8, u64)>> =
+            views.iter().map(|view| vec![(LOCATION_INLINE, 0); view.inputs.len()]).collect();
         let mut names: Vec<&str> = Vec::new();
         for view in &views {
             for input in &view.inputs {
@@ -348,7 +360,8 @@ enum SendError {
 /// and each BYTES input's serialization. The error names the input.
 fn check_inputs<B: Batch>(inputs: &[Input<'_>], batch: &B) -> Result<(), Failure> {
     for input in inputs {
-        let invalid = |detail: String| Failure::new(ERROR_INVALID_ARG, format!("tritonrt: input {:?}: {detail}", input.name));
+        let invalid =
+            |detail: String| Failure::new(ERROR_INVALID_ARG, format!("tritonrt: input {:?}: {detail}", input.name));
         check_byte_length(input.dtype, input.shape, input.byte_size()).map_err(invalid)?;
         if input.dtype == DataType::Bytes {
             let elements = element_count(input.shape).map_err(invalid)?;
@@ -464,12 +477,18 @@ fn answer<B: Batch>(incoming: &Incoming<'_>, batch: &mut B, live: &mut [Live], d
 }
 
 /// Add a response's requested outputs, each copied once from where the worker put it.
-fn add_outputs<B: Batch>(incoming: &Incoming<'_>, batch: &mut B, request: &Live, outputs: &[Tensor<'_>]) -> Result<(), Failure> {
+fn add_outputs<B: Batch>(
+    incoming: &Incoming<'_>,
+    batch: &mut B,
+    request: &Live,
+    outputs: &[Tensor<'_>],
+) -> Result<(), Failure> {
     for output in outputs {
         if !request.requested.is_empty() && !request.requested.iter().any(|name| name == output.name) {
             continue;
         }
-        let bad = |detail: String| Failure::new(ERROR_INTERNAL, format!("tritonrt: output {:?}: {detail}", output.name));
+        let bad =
+            |detail: String| Failure::new(ERROR_INTERNAL, format!("tritonrt: output {:?}: {detail}", output.name));
         let source: Source<'_> = match output.location {
             LOCATION_INLINE => Source::Bytes(&incoming.data[output.offset as usize..][..output.byte_length as usize]),
             LOCATION_SENDER_REGION | LOCATION_RECEIVER_REGION => {

@@ -72,7 +72,8 @@ impl PeerRegion {
     /// Map the peer's new region `id`, after checking the descriptor (sealed regular file of `size` bytes).
     pub fn map(id: u32, fd: OwnedFd, size: u64) -> Result<PeerRegion, String> {
         check_peer_region(fd.as_fd(), size).map_err(|e| format!("the peer's region {id} was refused: {e}"))?;
-        let length = usize::try_from(size).map_err(|_| format!("the peer's region of {size} bytes cannot be mapped"))?;
+        let length =
+            usize::try_from(size).map_err(|_| format!("the peer's region of {size} bytes cannot be mapped"))?;
         let map = Mapping::new(fd.as_fd(), length, false).map_err(|e| format!("cannot map the peer's region: {e}"))?;
         Ok(PeerRegion { id, map })
     }

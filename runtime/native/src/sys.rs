@@ -315,9 +315,8 @@ fn take_fds(control: &[u64], len: usize, fds: &mut Vec<OwnedFd>) {
             let count = (cmsg.len - header_size) / std::mem::size_of::<c_int>();
             for index in 0..count {
                 // SAFETY: within this cmsg's data (count derived from its length, bounded by `total`).
-                let raw: RawFd = unsafe {
-                    std::ptr::read_unaligned(bytes.add(at + header_size + index * 4).cast::<c_int>())
-                };
+                let raw: RawFd =
+                    unsafe { std::ptr::read_unaligned(bytes.add(at + header_size + index * 4).cast::<c_int>()) };
                 if raw >= 0 {
                     // SAFETY: the kernel installed this descriptor in our table for us; nothing else owns it.
                     fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
@@ -370,7 +369,9 @@ pub fn peer_uid(socket: BorrowedFd<'_>) -> io::Result<u32> {
     let mut cred = UCred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<UCred>() as u32;
     // SAFETY: getsockopt writes at most `len` bytes into `cred`.
-    check(unsafe { getsockopt(socket.as_raw_fd(), SOL_SOCKET, SO_PEERCRED, (&mut cred as *mut UCred).cast(), &mut len) })?;
+    check(unsafe {
+        getsockopt(socket.as_raw_fd(), SOL_SOCKET, SO_PEERCRED, (&mut cred as *mut UCred).cast(), &mut len)
+    })?;
     Ok(cred.uid)
 }
 

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use triton_tritonrt::dtype::DataType;
 use triton_tritonrt::json::{self, Json};
 use triton_tritonrt::wire::{
-    self, decode_body, encode, Body, Correlation, Header, Hello, Parameter, Request, Response, Tensor, Welcome, HEADER_SIZE,
+    self, decode_body, encode, Body, Correlation, Header, Hello, Parameter, Request, Response, Tensor, Welcome,
+    HEADER_SIZE,
 };
 
 fn root() -> PathBuf {
@@ -17,7 +18,8 @@ fn root() -> PathBuf {
 
 fn spec_constants() -> BTreeMap<String, u64> {
     let text = std::fs::read_to_string(root().join("../docs/wire-protocol.md")).expect("the specification");
-    let block = text.split("```constants\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a constants block");
+    let block =
+        text.split("```constants\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a constants block");
     block
         .lines()
         .map(|line| {
@@ -38,7 +40,14 @@ fn constants_match_the_specification() {
     let text: BTreeMap<String, u64> = wire::constants_text()
         .lines()
         .map(|line| line.split_once(" = ").unwrap())
-        .map(|(name, value)| (name.to_string(), value.strip_prefix("0x").map_or_else(|| value.parse().unwrap(), |h| u64::from_str_radix(h, 16).unwrap())))
+        .map(|(name, value)| {
+            (
+                name.to_string(),
+                value
+                    .strip_prefix("0x")
+                    .map_or_else(|| value.parse().unwrap(), |h| u64::from_str_radix(h, 16).unwrap()),
+            )
+        })
         .collect();
     assert_eq!(text, spec_constants());
 }
@@ -114,7 +123,10 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
                                 "string" => Parameter::String(text(&p[2])),
                                 "int" => Parameter::Int(int(&p[2])),
                                 "bool" => Parameter::Bool(p[2].as_bool().unwrap()),
-                                _ => Parameter::Double(match &p[2] { Json::Number(n) => n.parse().unwrap(), _ => panic!() }),
+                                _ => Parameter::Double(match &p[2] {
+                                    Json::Number(n) => n.parse().unwrap(),
+                                    _ => panic!(),
+                                }),
                             };
                             (text(&p[0]), value)
                         })
@@ -130,14 +142,22 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
                 .unwrap()
                 .iter()
                 .map(|r| match text(field(r, "status")) {
-                    "outputs" => Response::Outputs(field(r, "outputs").as_array().unwrap().iter().map(tensor).collect()),
-                    "error" => Response::Error { code: int(field(r, "code")) as u8, message: text(field(r, "message")) },
+                    "outputs" => {
+                        Response::Outputs(field(r, "outputs").as_array().unwrap().iter().map(tensor).collect())
+                    }
+                    "error" => {
+                        Response::Error { code: int(field(r, "code")) as u8, message: text(field(r, "message")) }
+                    }
                     _ => Response::Nothing,
                 })
                 .collect(),
         ),
-        wire::KIND_BATCH_ERROR => Body::BatchError { code: int(field(b, "code")) as u8, message: text(field(b, "message")) },
-        wire::KIND_CANCEL => Body::Cancel(field(b, "indices").as_array().unwrap().iter().map(|i| int(i) as u32).collect()),
+        wire::KIND_BATCH_ERROR => {
+            Body::BatchError { code: int(field(b, "code")) as u8, message: text(field(b, "message")) }
+        }
+        wire::KIND_CANCEL => {
+            Body::Cancel(field(b, "indices").as_array().unwrap().iter().map(|i| int(i) as u32).collect())
+        }
         _ => Body::Ack(number("count") as u32),
     };
     let header = Header {
@@ -174,7 +194,11 @@ fn golden_messages_encode_byte_for_byte_and_decode_to_their_description() {
         assert_eq!(encoded, raw, "{name}: the Rust encoder differs from the golden bytes");
         let decoded = Header::decode(raw[..HEADER_SIZE].try_into().unwrap()).unwrap();
         assert_eq!(decoded.total_length(), raw.len(), "{name}");
-        assert_eq!((decoded.kind, decoded.flags, decoded.seq, decoded.region_size), (header.kind, header.flags, header.seq, header.region_size), "{name}");
+        assert_eq!(
+            (decoded.kind, decoded.flags, decoded.seq, decoded.region_size),
+            (header.kind, header.flags, header.seq, header.region_size),
+            "{name}"
+        );
         assert_eq!((decoded.region_id, decoded.peer_region_id), (header.region_id, header.peer_region_id), "{name}");
         let meta = &raw[HEADER_SIZE..HEADER_SIZE + decoded.meta_length as usize];
         assert_eq!(decode_body(&decoded, meta).unwrap(), body, "{name}");

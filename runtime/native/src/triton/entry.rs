@@ -7,7 +7,9 @@ use std::path::Path;
 use std::ptr;
 use std::sync::{Mutex, TryLockError};
 
-use super::api::{self, api, Backend, Err, Model, ModelInstance, Request, ARTIFACT_FILESYSTEM, API_MAJOR, API_MINOR, LOG_INFO};
+use super::api::{
+    self, api, Backend, Err, Model, ModelInstance, Request, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM, LOG_INFO,
+};
 use super::requests::TritonBatch;
 use super::{check, log, new_error, text};
 use crate::config::{instance_index, Connection, ModelConfig};
@@ -196,7 +198,11 @@ fn instance_state<'a>(instance: *mut ModelInstance) -> Option<&'a InstanceState>
 /// Called by Triton with a live instance and `count` live requests, whose ownership passes to us (we
 /// always return success, so Triton never touches them again).
 #[no_mangle]
-pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(instance: *mut ModelInstance, requests: *mut *mut Request, count: u32) -> Err {
+pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(
+    instance: *mut ModelInstance,
+    requests: *mut *mut Request,
+    count: u32,
+) -> Err {
     let exec_start = sys::monotonic_ns();
     let requests: Vec<*mut Request> = if requests.is_null() || count == 0 {
         Vec::new()

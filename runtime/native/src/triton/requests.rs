@@ -5,8 +5,8 @@ use std::ffi::{c_char, c_void, CString};
 use std::ptr;
 
 use super::api::{
-    api, ModelInstance, Request, Response, ResponseFactory, MEMORY_CPU, MEMORY_CPU_PINNED, MEMORY_GPU,
-    PARAMETER_BOOL, PARAMETER_DOUBLE, PARAMETER_INT, PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
+    api, ModelInstance, Request, Response, ResponseFactory, MEMORY_CPU, MEMORY_CPU_PINNED, MEMORY_GPU, PARAMETER_BOOL,
+    PARAMETER_DOUBLE, PARAMETER_INT, PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
 };
 use super::api::{CUDA_DEVICE_TO_HOST, CUDA_HOST_TO_DEVICE, LOG_ERROR};
 use super::{check, log, new_error, text};
@@ -42,7 +42,12 @@ impl TritonBatch {
     /// # Safety
     /// `instance` and every request pointer are live Triton objects handed to ModelInstanceExecute, owned
     /// by the backend from now on, each appearing once.
-    pub unsafe fn new(instance: *mut ModelInstance, requests: &[*mut Request], decoupled: bool, exec_start_ns: u64) -> TritonBatch {
+    pub unsafe fn new(
+        instance: *mut ModelInstance,
+        requests: &[*mut Request],
+        decoupled: bool,
+        exec_start_ns: u64,
+    ) -> TritonBatch {
         let api = api();
         let slots = requests
             .iter()
@@ -95,7 +100,15 @@ impl TritonBatch {
             (ptr::null(), 0u32, ptr::null(), 0u32, 0u64, 0u32);
         // SAFETY: a live input; every out-pointer is a local.
         check(unsafe {
-            (api.input_properties)(input, &mut name, &mut dtype, &mut shape, &mut dims, &mut byte_size, &mut buffer_count)
+            (api.input_properties)(
+                input,
+                &mut name,
+                &mut dtype,
+                &mut shape,
+                &mut dims,
+                &mut byte_size,
+                &mut buffer_count,
+            )
         })
         .map_err(&invalid)?;
         // SAFETY: the name and shape belong to the input, which lives as long as the request (and so as long
@@ -115,7 +128,8 @@ impl TritonBatch {
             // SAFETY: a live input, index < buffer_count; we ask for CPU memory and get told where it is.
             check(unsafe { (api.input_buffer)(input, index, &mut address, &mut size, &mut memory_type, &mut device) })
                 .map_err(&invalid)?;
-            let len = usize::try_from(size).map_err(|_| invalid(format!("input {name:?}: a buffer of {size} bytes")))?;
+            let len =
+                usize::try_from(size).map_err(|_| invalid(format!("input {name:?}: a buffer of {size} bytes")))?;
             buffers.push(match memory_type {
                 _ if len == 0 => Buffer::Host(&[]),
                 MEMORY_CPU | MEMORY_CPU_PINNED if !address.is_null() => {
@@ -169,7 +183,8 @@ impl Batch for TritonBatch {
         for position in 0..count {
             let (mut key, mut kind, mut value) = (ptr::null(), 0u32, ptr::null::<c_void>());
             // SAFETY: position < count; the value points to the parameter's storage, typed by `kind`.
-            check(unsafe { (api.request_parameter)(request, position, &mut key, &mut kind, &mut value) }).map_err(&invalid)?;
+            check(unsafe { (api.request_parameter)(request, position, &mut key, &mut kind, &mut value) })
+                .map_err(&invalid)?;
             let Some(key) = (unsafe { text(key) }).filter(|key| !key.is_empty()) else { continue };
             if value.is_null() {
                 continue;
@@ -195,7 +210,8 @@ impl Batch for TritonBatch {
             let mut name = ptr::null();
             // SAFETY: position < count.
             check(unsafe { (api.request_output_name)(request, position, &mut name) }).map_err(&invalid)?;
-            requested_outputs.push(unsafe { text(name) }.ok_or_else(|| invalid("a requested output name is not UTF-8".into()))?);
+            requested_outputs
+                .push(unsafe { text(name) }.ok_or_else(|| invalid("a requested output name is not UTF-8".into()))?);
         }
         // SAFETY: as above.
         check(unsafe { (api.request_input_count)(request, &mut count) }).map_err(&invalid)?;
@@ -208,7 +224,8 @@ impl Batch for TritonBatch {
             format!("an input lies in GPU memory (device {device}), but no CUDA runtime is loaded in tritonserver")
         })?;
         // SAFETY: `address` is Triton's device buffer of at least dst.len() bytes; dst is host memory.
-        let status = unsafe { memcpy(dst.as_mut_ptr().cast(), address as *const c_void, dst.len(), CUDA_DEVICE_TO_HOST) };
+        let status =
+            unsafe { memcpy(dst.as_mut_ptr().cast(), address as *const c_void, dst.len(), CUDA_DEVICE_TO_HOST) };
         if status != 0 {
             return Err(format!("copying an input from GPU {device} failed (CUDA error {status})"));
         }
@@ -245,8 +262,17 @@ impl Batch for TritonBatch {
         let c_name = CString::new(name).map_err(|_| internal(format!("output {name:?} has a NUL in its name")))?;
         let mut output = ptr::null_mut();
         // SAFETY: a live response; name and shape are valid for the call (Triton copies them).
-        check(unsafe { (api.response_output)(response, &mut output, c_name.as_ptr(), dtype as u32, shape.as_ptr(), shape.len() as u32) })
-            .map_err(|e| internal(format!("output {name:?}: {e}")))?;
+        check(unsafe {
+            (api.response_output)(
+                response,
+                &mut output,
+                c_name.as_ptr(),
+                dtype as u32,
+                shape.as_ptr(),
+                shape.len() as u32,
+            )
+        })
+        .map_err(|e| internal(format!("output {name:?}: {e}")))?;
         let len = usize::try_from(byte_length).map_err(|_| internal(format!("output {name:?} is too large")))?;
         let (mut buffer, mut memory_type, mut device) = (ptr::null_mut::<c_void>(), MEMORY_CPU, 0i64);
         // SAFETY: a live output; we prefer CPU memory and are told which we got.
@@ -266,7 +292,9 @@ impl Batch for TritonBatch {
                 fill(dst).map_err(wrap)
             }
             MEMORY_GPU => {
-                let memcpy = api.cuda_memcpy.ok_or_else(|| wrap("Triton gave GPU memory, and no CUDA runtime is loaded".into()))?;
+                let memcpy = api
+                    .cuda_memcpy
+                    .ok_or_else(|| wrap("Triton gave GPU memory, and no CUDA runtime is loaded".into()))?;
                 let mut staging = vec![0u8; len];
                 fill(&mut staging).map_err(wrap)?;
                 // SAFETY: `buffer` is a device buffer of `len` bytes; staging is host memory of `len` bytes.
@@ -314,7 +342,9 @@ impl Batch for TritonBatch {
         slot.success = false;
         let response = match self.response(index) {
             Ok(response) => response,
-            Err(error) => return log(LOG_ERROR, &format!("{}; the request's error was: {}", error.message, failure.message)),
+            Err(error) => {
+                return log(LOG_ERROR, &format!("{}; the request's error was: {}", error.message, failure.message))
+            }
         };
         self.slots[index].response = ptr::null_mut();
         let error = new_error(failure.code, &failure.message);
@@ -360,7 +390,15 @@ impl Drop for TritonBatch {
         for slot in &self.slots {
             // SAFETY: live instance and request; statistics go before the release, as Triton requires.
             let reported = unsafe {
-                (api.report_statistics)(self.instance, slot.request, slot.success, self.exec_start_ns, compute_start, compute_end, exec_end)
+                (api.report_statistics)(
+                    self.instance,
+                    slot.request,
+                    slot.success,
+                    self.exec_start_ns,
+                    compute_start,
+                    compute_end,
+                    exec_end,
+                )
             };
             let _ = check(reported);
             if !slot.factory.is_null() {
@@ -373,7 +411,14 @@ impl Drop for TritonBatch {
         if timing.batch_size > 0 {
             // SAFETY: a live instance.
             let reported = unsafe {
-                (api.report_batch_statistics)(self.instance, timing.batch_size, self.exec_start_ns, compute_start, compute_end, exec_end)
+                (api.report_batch_statistics)(
+                    self.instance,
+                    timing.batch_size,
+                    self.exec_start_ns,
+                    compute_start,
+                    compute_end,
+                    exec_end,
+                )
             };
             let _ = check(reported);
         }

@@ -78,7 +78,10 @@ pub enum Body<'a> {
     Refuse(&'a str),
     Batch(Vec<Request<'a>>),
     Reply(Vec<Response<'a>>),
-    BatchError { code: u8, message: &'a str },
+    BatchError {
+        code: u8,
+        message: &'a str,
+    },
     Cancel(Vec<u32>),
     /// The count of replies processed.
     Ack(u32),
@@ -331,14 +334,18 @@ impl<'a> Reader<'a> {
     fn count(&self, count: u32, min_size: usize, what: &str) -> Result<usize, WireError> {
         let count = count as usize;
         if count.saturating_mul(min_size) > self.bytes.len() - self.at {
-            return Err(malformed(format!("{count} {what} cannot fit in the {} bytes left", self.bytes.len() - self.at)));
+            return Err(malformed(format!(
+                "{count} {what} cannot fit in the {} bytes left",
+                self.bytes.len() - self.at
+            )));
         }
         Ok(count)
     }
     fn tensor(&mut self, header: &Header, what: &str) -> Result<Tensor<'a>, WireError> {
         let name_length = self.u32(what)?;
         let code = self.u8(what)?;
-        let dtype = DataType::from_code(code as u32).ok_or_else(|| malformed(format!("{what}: unknown data type {code}")))?;
+        let dtype =
+            DataType::from_code(code as u32).ok_or_else(|| malformed(format!("{what}: unknown data type {code}")))?;
         let location = self.u8(what)?;
         let ndim = self.u8(what)?;
         self.u8(what)?;
@@ -364,13 +371,19 @@ impl<'a> Reader<'a> {
                 }
             }
             LOCATION_SENDER_REGION if header.region_id == 0 => {
-                return Err(malformed(format!("{what} {name:?} is in the sender's region, but the message names none")));
+                return Err(malformed(format!(
+                    "{what} {name:?} is in the sender's region, but the message names none"
+                )));
             }
             LOCATION_RECEIVER_REGION if header.peer_region_id == 0 => {
-                return Err(malformed(format!("{what} {name:?} is in the receiver's region, but the message names none")));
+                return Err(malformed(format!(
+                    "{what} {name:?} is in the receiver's region, but the message names none"
+                )));
             }
             LOCATION_SENDER_REGION | LOCATION_RECEIVER_REGION => {
-                offset.checked_add(byte_length).ok_or_else(|| malformed(format!("{what} {name:?}: offset overflows")))?;
+                offset
+                    .checked_add(byte_length)
+                    .ok_or_else(|| malformed(format!("{what} {name:?}: offset overflows")))?;
             }
             other => return Err(malformed(format!("{what} {name:?}: unknown location {other}"))),
         }
@@ -393,7 +406,9 @@ impl<'a> Reader<'a> {
         let correlation = match correlation_kind {
             CORRELATION_NONE => Correlation::None,
             CORRELATION_UINT => Correlation::Uint(correlation_id),
-            CORRELATION_STRING => Correlation::String(self.str(MAX_TEXT_BYTES, &format!("{what}: its correlation id"))?),
+            CORRELATION_STRING => {
+                Correlation::String(self.str(MAX_TEXT_BYTES, &format!("{what}: its correlation id"))?)
+            }
             other => return Err(malformed(format!("{what}: unknown correlation id kind {other}"))),
         };
         let parameter_count = self.count(parameter_count, 6, &format!("parameters of {what}"))?;
@@ -505,9 +520,21 @@ mod tests {
                 id: "r1",
                 flags: 0,
                 correlation: Correlation::None,
-                parameters: vec![("s", Parameter::String("x")), ("i", Parameter::Int(-3)), ("b", Parameter::Bool(true)), ("d", Parameter::Double(0.5))],
+                parameters: vec![
+                    ("s", Parameter::String("x")),
+                    ("i", Parameter::Int(-3)),
+                    ("b", Parameter::Bool(true)),
+                    ("d", Parameter::Double(0.5)),
+                ],
                 requested_outputs: vec!["OUT"],
-                inputs: vec![Tensor { name: "IN", dtype: DataType::Fp32, location: LOCATION_INLINE, offset: 0, byte_length: 8, shape: Cow::Owned(vec![1, 2]) }],
+                inputs: vec![Tensor {
+                    name: "IN",
+                    dtype: DataType::Fp32,
+                    location: LOCATION_INLINE,
+                    offset: 0,
+                    byte_length: 8,
+                    shape: Cow::Owned(vec![1, 2]),
+                }],
             },
             Request {
                 id: "",
@@ -515,7 +542,14 @@ mod tests {
                 correlation: Correlation::String("seq-7"),
                 parameters: vec![],
                 requested_outputs: vec![],
-                inputs: vec![Tensor { name: "IN", dtype: DataType::Bytes, location: LOCATION_SENDER_REGION, offset: 64, byte_length: 9, shape: Cow::Owned(vec![1]) }],
+                inputs: vec![Tensor {
+                    name: "IN",
+                    dtype: DataType::Bytes,
+                    location: LOCATION_SENDER_REGION,
+                    offset: 64,
+                    byte_length: 9,
+                    shape: Cow::Owned(vec![1]),
+                }],
             },
         ]
     }
@@ -530,12 +564,33 @@ mod tests {
     #[test]
     fn every_kind_round_trips() {
         let bodies = vec![
-            Body::Hello(Hello { instance_index: 1, max_batch_size: 8, api_major: 1, api_minor: 19, model_name: "m", token: "t", backend_version: "v" }),
-            Body::Welcome(Welcome { worker_pid: 7, inline_threshold: 65536, spin_us: 200, region_limit: 1 << 30, worker_version: "w" }),
+            Body::Hello(Hello {
+                instance_index: 1,
+                max_batch_size: 8,
+                api_major: 1,
+                api_minor: 19,
+                model_name: "m",
+                token: "t",
+                backend_version: "v",
+            }),
+            Body::Welcome(Welcome {
+                worker_pid: 7,
+                inline_threshold: 65536,
+                spin_us: 200,
+                region_limit: 1 << 30,
+                worker_version: "w",
+            }),
             Body::Refuse("no"),
             Body::Batch(sample_batch()),
             Body::Reply(vec![
-                Response::Outputs(vec![Tensor { name: "OUT", dtype: DataType::Bool, location: LOCATION_RECEIVER_REGION, offset: 3, byte_length: 2, shape: Cow::Owned(vec![2]) }]),
+                Response::Outputs(vec![Tensor {
+                    name: "OUT",
+                    dtype: DataType::Bool,
+                    location: LOCATION_RECEIVER_REGION,
+                    offset: 3,
+                    byte_length: 2,
+                    shape: Cow::Owned(vec![2]),
+                }]),
                 Response::Error { code: ERROR_INVALID_ARG, message: "bad" },
                 Response::Nothing,
             ]),

@@ -1,8 +1,8 @@
 //! The 64-byte message header.
 
 use super::{
-    align, WireError, KIND_ACK, KIND_HELLO, MAGIC, MAX_COUNT, MAX_DATA_BYTES, MAX_META_BYTES, MAX_REGION_BYTES,
-    VERSION, FLAG_NEW_REGION,
+    align, WireError, FLAG_NEW_REGION, KIND_ACK, KIND_HELLO, MAGIC, MAX_COUNT, MAX_DATA_BYTES, MAX_META_BYTES,
+    MAX_REGION_BYTES, VERSION,
 };
 
 pub const HEADER_SIZE: usize = 64;
@@ -59,10 +59,16 @@ impl Header {
             return Err(WireError::BadFrame(format!("unknown message kind {}", header.kind)));
         }
         if header.meta_length > MAX_META_BYTES {
-            return Err(WireError::BadFrame(format!("{} bytes of metadata (limit {MAX_META_BYTES})", header.meta_length)));
+            return Err(WireError::BadFrame(format!(
+                "{} bytes of metadata (limit {MAX_META_BYTES})",
+                header.meta_length
+            )));
         }
         if header.data_length > MAX_DATA_BYTES {
-            return Err(WireError::BadFrame(format!("{} bytes of inline data (limit {MAX_DATA_BYTES})", header.data_length)));
+            return Err(WireError::BadFrame(format!(
+                "{} bytes of inline data (limit {MAX_DATA_BYTES})",
+                header.data_length
+            )));
         }
         if header.kind != KIND_ACK && header.count > MAX_COUNT {
             return Err(WireError::BadFrame(format!("{} records (limit {MAX_COUNT})", header.count)));
@@ -114,7 +120,17 @@ mod tests {
     use crate::wire::{KIND_BATCH, VERSION};
 
     fn sample() -> Header {
-        Header { kind: KIND_BATCH, flags: 5, count: 3, seq: 9, region_size: 4096, region_id: 2, peer_region_id: 1, meta_length: 100, data_length: 7 }
+        Header {
+            kind: KIND_BATCH,
+            flags: 5,
+            count: 3,
+            seq: 9,
+            region_size: 4096,
+            region_id: 2,
+            peer_region_id: 1,
+            meta_length: 100,
+            data_length: 7,
+        }
     }
 
     #[test]

@@ -138,7 +138,15 @@ pub const CONSTANTS: &[(&str, u64)] = &[
 pub fn constants_text() -> String {
     CONSTANTS
         .iter()
-        .map(|(name, value)| if *name == "MAGIC" { format!("{name} = {value:#x}\n") } else { format!("{name} = {value}\n") })
+        .map(
+            |(name, value)| {
+                if *name == "MAGIC" {
+                    format!("{name} = {value:#x}\n")
+                } else {
+                    format!("{name} = {value}\n")
+                }
+            },
+        )
         .collect()
 }
 
