@@ -63,6 +63,7 @@ VERSION_TEXT = "tritonrt-worker 0.1.0"
 _HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
+_NO_REGION = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +272,7 @@ class WorkerConnection:
         whether the callable kept views of its region."""
         threshold = self.settings.inline_threshold
         peer = self._peer
-        peer_base = peer.base if peer is not None else None
+        peer_base = peer.base if peer is not None else _NO_REGION  # never any array's base
         records: list = []
         inline: dict[str, list] = {}
         regional: dict[str, list] = {}
@@ -376,7 +377,7 @@ class WorkerConnection:
         for run in runs.values():
             start = -(-start // DATA_ALIGN) * DATA_ALIGN
             for entry in run:
-                entry[3] = start
+                entry[2], entry[3] = LOCATION_SENDER_REGION, start
                 payload, nbytes = entry[6], entry[4]
                 if type(payload) is bytes:
                     own.map[start : start + nbytes] = payload
