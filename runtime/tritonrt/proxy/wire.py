@@ -181,6 +181,8 @@ def expected_bytes(dtype: int, shape: Sequence[int]) -> int:
 
 def decode_header(buffer, offset: int = 0) -> Header:
     """Read and check the 64-byte header at ``offset``."""
+    if len(buffer) - offset < HEADER_SIZE:
+        raise WireError(f"a message header needs {HEADER_SIZE} bytes, {len(buffer) - offset} are there")
     magic, version, kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, _, data_length, _ = (
         HEADER_LAYOUT.unpack_from(buffer, offset)
     )
