@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::batch::{Batch, Buffer, Failure, Input};
 use crate::channel::{Broken, Channel, Incoming};
@@ -300,14 +300,43 @@ impl Executor {
         channel.send(message, announce).map_err(SendError::Broken)
     }
 
-    /// Read the worker's answer to the batch just sent, answering requests as responses arrive.
+    /// Read the worker's answer to the batch just sent, answering requests as responses arrive, and tell the
+    /// worker about clients that cancel (checked every CANCEL_CHECK_MS, whether or not replies keep coming).
     fn await_answer<B: Batch>(&mut self, batch: &mut B, live: &mut [Live]) -> Result<(), Broken> {
         let seq = self.seq;
         let decoupled = self.target.decoupled;
         let channel = self.channel.as_mut().expect("connected");
         let mut replies: u32 = 0;
+        let mut last_check = Instant::now();
         loop {
-            let Some(incoming) = channel.poll_message(CANCEL_CHECK_MS)? else {
+            let waited = last_check.elapsed().as_millis().min(CANCEL_CHECK_MS as u128) as i32;
+            if let Some(incoming) = channel.poll_message(CANCEL_CHECK_MS - waited)? {
+                let header = incoming.header;
+                if header.seq != seq || (header.kind != KIND_REPLY && header.kind != KIND_BATCH_ERROR) {
+                    return Err(Broken(format!(
+                        "the worker answered batch {seq} with a message of kind {} for batch {}",
+                        header.kind, header.seq
+                    )));
+                }
+                let last = header.kind == KIND_BATCH_ERROR || header.has(FLAG_FINAL);
+                if header.kind == KIND_REPLY && !decoupled && !last {
+                    return Err(Broken("the worker streamed a partial reply to a model that is not decoupled".into()));
+                }
+                replies += 1;
+                answer(&incoming, batch, live, decoupled);
+                drop(incoming);
+                if last {
+                    if header.has(FLAG_RETAINED) {
+                        channel.retire_own_region();
+                    }
+                    return Ok(());
+                }
+                if header.region_id != 0 {
+                    channel.send_control(seq, &Body::Ack(replies))?;
+                }
+            }
+            if last_check.elapsed().as_millis() >= CANCEL_CHECK_MS as u128 {
+                last_check = Instant::now();
                 let cancelled: Vec<u32> = live
                     .iter_mut()
                     .enumerate()
@@ -320,31 +349,6 @@ impl Executor {
                 if !cancelled.is_empty() {
                     channel.send_control(seq, &Body::Cancel(cancelled))?;
                 }
-                continue;
-            };
-            let header = incoming.header;
-            if header.seq != seq || (header.kind != KIND_REPLY && header.kind != KIND_BATCH_ERROR) {
-                return Err(Broken(format!(
-                    "the worker answered batch {seq} with a message of kind {} for batch {}",
-                    header.kind, header.seq
-                )));
-            }
-            let last = header.kind == KIND_BATCH_ERROR || header.has(FLAG_FINAL);
-            if header.kind == KIND_REPLY && !decoupled && !last {
-                return Err(Broken("the worker streamed a partial reply to a model that is not decoupled".into()));
-            }
-            replies += 1;
-            let used_region = header.region_id != 0;
-            answer(&incoming, batch, live, decoupled);
-            drop(incoming);
-            if last {
-                if header.has(FLAG_RETAINED) {
-                    channel.retire_own_region();
-                }
-                return Ok(());
-            }
-            if used_region {
-                channel.send_control(seq, &Body::Ack(replies))?;
             }
         }
     }
