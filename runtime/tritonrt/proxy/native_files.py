@@ -48,10 +48,15 @@ def library_path() -> pathlib.Path:
 
 
 def install_library(model_dir: pathlib.Path) -> pathlib.Path:
-    """Copy the backend library into ``model_dir`` (a copy, not a link: each model's copy is its own file)."""
+    """Copy the backend library into ``model_dir`` (a copy, not a link: each model's copy is its own file).
+
+    The copy replaces an existing library by renaming a new file over it, never by writing into it: a running
+    tritonserver maps the file it loaded, and rewriting those pages in place crashes it (SIGSEGV)."""
     target = model_dir / LIBRARY_NAME
-    shutil.copyfile(library_path(), target)
-    target.chmod(0o755)
+    temporary = model_dir / f".{LIBRARY_NAME}.{os.getpid()}"
+    shutil.copyfile(library_path(), temporary)
+    temporary.chmod(0o755)
+    os.replace(temporary, target)
     return target
 
 
