@@ -83,9 +83,10 @@ class BuildPy(build_py):
         if getattr(self, "editable_mode", False):
             return
         library = native_library(pathlib.Path(self.get_finalized_command("build").build_temp))
-        if library is None:
-            return
         target = pathlib.Path(self.build_lib) / "tritonrt" / "_native" / LIBRARY
+        if library is None:
+            target.unlink(missing_ok=True)  # a library left in build/ by an earlier build must not ship untagged
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(library, target)
         target.chmod(0o755)

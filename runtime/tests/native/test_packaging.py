@@ -20,7 +20,8 @@ LIBRARY = "tritonrt/_native/libtriton_tritonrt.so"
 def build_wheel(out: pathlib.Path, **env: str) -> subprocess.CompletedProcess:
     environment = {key: value for key, value in os.environ.items() if key != "TRITONRT_NATIVE_LIBRARY"}
     environment.update(env)
-    command = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", str(RUNTIME), "-w", str(out)]
+    command = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", str(RUNTIME)]
+    command += ["-w", str(out)]
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
 
 
