@@ -84,6 +84,11 @@ impl Executor {
         Ok(())
     }
 
+    /// Drop the connection; the next batch connects again.
+    pub fn disconnect(&mut self) {
+        self.channel = None;
+    }
+
     /// Ok while the worker is connected (reconnecting if it went away and is back).
     pub fn ready(&mut self) -> Result<(), String> {
         if self.channel.as_ref().is_some_and(Channel::peer_closed) {

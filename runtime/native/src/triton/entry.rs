@@ -8,7 +8,8 @@ use std::ptr;
 use std::sync::{Mutex, TryLockError};
 
 use super::api::{
-    self, api, Backend, Err, Model, ModelInstance, Request, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM, LOG_INFO,
+    self, api, Backend, Err, Model, ModelInstance, Request, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM, LOG_ERROR,
+    LOG_INFO,
 };
 use super::requests::TritonBatch;
 use super::{check, log, new_error, text};
@@ -214,7 +215,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(
         // Without our state no request can be answered here: return the error, Triton answers them.
         return new_error(ERROR_INTERNAL, "tritonrt backend: the instance has no state");
     };
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: per this function's contract; each request appears once in Triton's array.
         let mut batch = unsafe { TritonBatch::new(instance, &requests, state.decoupled, exec_start) };
         let mut executor = state.executor.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -222,6 +223,12 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(
         drop(executor);
         batch.complete(timing); // dropping the batch answers leftovers, reports statistics, releases
     }));
+    if outcome.is_err() {
+        // A bug unwound out of the executor (the batch's requests were answered and released on the way):
+        // the connection may be mid-message, so the next batch starts on a new one.
+        state.executor.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).disconnect();
+        log(LOG_ERROR, "tritonrt backend: internal error while executing a batch; its requests failed");
+    }
     ptr::null_mut()
 }
 
