@@ -189,6 +189,13 @@ def main() -> int:
     parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
     args = parser.parse_args()
     commands = server_commands(args)
+    results, memory, ready = run_rounds(commands, args)
+    print_table(results, list(commands), memory, ready)
+    return 0
+
+
+def run_rounds(commands: dict[str, tuple[list[str], dict]], args) -> tuple[dict, dict, dict]:
+    """Start every server, drive each case round by round, stop them: (results, memory, ready)."""
     results: dict = {}
     memory: dict = {}
     ready: dict = {}
@@ -229,8 +236,7 @@ def main() -> int:
         finally:
             for server in servers.values():
                 server.stop()
-    print_table(results, list(commands), memory, ready)
-    return 0
+    return results, memory, ready
 
 
 def _paired_ratio(runs: list[dict], plain_runs: list[dict]) -> str:

@@ -1,0 +1,184 @@
+//! Triton's C API, as far as this backend uses it: the signatures and constants of tritonserver.h and
+//! tritonbackend.h (facts of Triton's ABI, declared here, not copied), resolved at load time with dlsym from
+//! the tritonserver process. Resolving at run time rather than linking lets the library load for its own
+//! tests (no undefined symbols) and name exactly what an old server lacks.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+use crate::sys;
+
+/// Opaque Triton objects.
+#[repr(C)]
+pub struct TritonError {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct TritonMessage {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Backend {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Model {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct ModelInstance {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Request {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Input {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Response {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct ResponseFactory {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Output {
+    _opaque: [u8; 0],
+}
+
+pub type Err = *mut TritonError;
+
+/// The backend API this library is written against: major must match, minor is the least we need
+/// (1.16 added request cancellation, Triton 23.10; tritonrt's servers are 24.x and NGC 25.x, API 1.19).
+pub const API_MAJOR: u32 = 1;
+pub const API_MINOR: u32 = 16;
+
+pub const MEMORY_CPU: u32 = 0;
+pub const MEMORY_CPU_PINNED: u32 = 1;
+pub const MEMORY_GPU: u32 = 2;
+pub const PARAMETER_STRING: u32 = 0;
+pub const PARAMETER_INT: u32 = 1;
+pub const PARAMETER_BOOL: u32 = 2;
+pub const PARAMETER_DOUBLE: u32 = 3;
+pub const RESPONSE_COMPLETE_FINAL: u32 = 1;
+pub const REQUEST_RELEASE_ALL: u32 = 1;
+pub const ARTIFACT_FILESYSTEM: u32 = 0;
+pub const LOG_INFO: u32 = 0;
+pub const LOG_WARN: u32 = 1;
+pub const LOG_ERROR: u32 = 2;
+pub const LOG_VERBOSE: u32 = 3;
+/// cudaMemcpyKind values.
+pub const CUDA_HOST_TO_DEVICE: c_int = 1;
+pub const CUDA_DEVICE_TO_HOST: c_int = 2;
+
+macro_rules! api_table {
+    ($( $field:ident : $symbol:literal => fn($($arg:ty),*) $(-> $ret:ty)? ;)*) => {
+        /// Triton's functions, resolved from the server process.
+        pub struct Api {
+            $( pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?, )*
+            /// cudaMemcpy, when a CUDA runtime is loaded in the server (only needed for GPU buffers).
+            pub cuda_memcpy: Option<unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int>,
+        }
+
+        impl Api {
+            /// Resolve every function; the error names the first one the server does not export.
+            fn resolve() -> Result<Api, &'static str> {
+                Ok(Api {
+                    $( $field: {
+                        let address = sys::global_symbol(
+                            CStr::from_bytes_with_nul(concat!($symbol, "\0").as_bytes()).expect("NUL-terminated"),
+                        );
+                        if address.is_null() {
+                            return Err($symbol);
+                        }
+                        // SAFETY: the symbol is Triton's C function of this name, whose signature (a fact of
+                        // Triton's ABI) is the one declared in this table.
+                        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) $(-> $ret)?>(address) }
+                    }, )*
+                    cuda_memcpy: {
+                        let address = sys::global_symbol(c_str(b"cudaMemcpy\0"));
+                        // SAFETY: cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind).
+                        (!address.is_null()).then(|| unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int>(address)
+                        })
+                    },
+                })
+            }
+        }
+    };
+}
+
+api_table! {
+    error_new: "TRITONSERVER_ErrorNew" => fn(u32, *const c_char) -> Err;
+    error_delete: "TRITONSERVER_ErrorDelete" => fn(Err);
+    error_message: "TRITONSERVER_ErrorMessage" => fn(Err) -> *const c_char;
+    message_to_json: "TRITONSERVER_MessageSerializeToJson" => fn(*mut TritonMessage, *mut *const c_char, *mut usize) -> Err;
+    message_delete: "TRITONSERVER_MessageDelete" => fn(*mut TritonMessage) -> Err;
+    log_is_enabled: "TRITONSERVER_LogIsEnabled" => fn(u32) -> bool;
+    log_message: "TRITONSERVER_LogMessage" => fn(u32, *const c_char, c_int, *const c_char) -> Err;
+    api_version: "TRITONBACKEND_ApiVersion" => fn(*mut u32, *mut u32) -> Err;
+    model_config: "TRITONBACKEND_ModelConfig" => fn(*mut Model, u32, *mut *mut TritonMessage) -> Err;
+    model_repository: "TRITONBACKEND_ModelRepository" => fn(*mut Model, *mut u32, *mut *const c_char) -> Err;
+    model_state: "TRITONBACKEND_ModelState" => fn(*mut Model, *mut *mut c_void) -> Err;
+    model_set_state: "TRITONBACKEND_ModelSetState" => fn(*mut Model, *mut c_void) -> Err;
+    instance_name: "TRITONBACKEND_ModelInstanceName" => fn(*mut ModelInstance, *mut *const c_char) -> Err;
+    instance_model: "TRITONBACKEND_ModelInstanceModel" => fn(*mut ModelInstance, *mut *mut Model) -> Err;
+    instance_state: "TRITONBACKEND_ModelInstanceState" => fn(*mut ModelInstance, *mut *mut c_void) -> Err;
+    instance_set_state: "TRITONBACKEND_ModelInstanceSetState" => fn(*mut ModelInstance, *mut c_void) -> Err;
+    report_statistics: "TRITONBACKEND_ModelInstanceReportStatistics" => fn(*mut ModelInstance, *mut Request, bool, u64, u64, u64, u64) -> Err;
+    report_batch_statistics: "TRITONBACKEND_ModelInstanceReportBatchStatistics" => fn(*mut ModelInstance, u64, u64, u64, u64, u64) -> Err;
+    request_id: "TRITONBACKEND_RequestId" => fn(*mut Request, *mut *const c_char) -> Err;
+    request_correlation_id: "TRITONBACKEND_RequestCorrelationId" => fn(*mut Request, *mut u64) -> Err;
+    request_correlation_id_string: "TRITONBACKEND_RequestCorrelationIdString" => fn(*mut Request, *mut *const c_char) -> Err;
+    request_flags: "TRITONBACKEND_RequestFlags" => fn(*mut Request, *mut u32) -> Err;
+    request_parameter_count: "TRITONBACKEND_RequestParameterCount" => fn(*mut Request, *mut u32) -> Err;
+    request_parameter: "TRITONBACKEND_RequestParameter" => fn(*mut Request, u32, *mut *const c_char, *mut u32, *mut *const c_void) -> Err;
+    request_input_count: "TRITONBACKEND_RequestInputCount" => fn(*mut Request, *mut u32) -> Err;
+    request_input_by_index: "TRITONBACKEND_RequestInputByIndex" => fn(*mut Request, u32, *mut *mut Input) -> Err;
+    request_output_count: "TRITONBACKEND_RequestOutputCount" => fn(*mut Request, *mut u32) -> Err;
+    request_output_name: "TRITONBACKEND_RequestOutputName" => fn(*mut Request, u32, *mut *const c_char) -> Err;
+    request_is_cancelled: "TRITONBACKEND_RequestIsCancelled" => fn(*mut Request, *mut bool) -> Err;
+    request_release: "TRITONBACKEND_RequestRelease" => fn(*mut Request, u32) -> Err;
+    input_properties: "TRITONBACKEND_InputProperties" => fn(*mut Input, *mut *const c_char, *mut u32, *mut *const i64, *mut u32, *mut u64, *mut u32) -> Err;
+    input_buffer: "TRITONBACKEND_InputBuffer" => fn(*mut Input, u32, *mut *const c_void, *mut u64, *mut u32, *mut i64) -> Err;
+    response_new: "TRITONBACKEND_ResponseNew" => fn(*mut *mut Response, *mut Request) -> Err;
+    response_new_from_factory: "TRITONBACKEND_ResponseNewFromFactory" => fn(*mut *mut Response, *mut ResponseFactory) -> Err;
+    response_delete: "TRITONBACKEND_ResponseDelete" => fn(*mut Response) -> Err;
+    response_output: "TRITONBACKEND_ResponseOutput" => fn(*mut Response, *mut *mut Output, *const c_char, u32, *const i64, u32) -> Err;
+    response_send: "TRITONBACKEND_ResponseSend" => fn(*mut Response, u32, Err) -> Err;
+    output_buffer: "TRITONBACKEND_OutputBuffer" => fn(*mut Output, *mut *mut c_void, u64, *mut u32, *mut i64) -> Err;
+    factory_new: "TRITONBACKEND_ResponseFactoryNew" => fn(*mut *mut ResponseFactory, *mut Request) -> Err;
+    factory_delete: "TRITONBACKEND_ResponseFactoryDelete" => fn(*mut ResponseFactory) -> Err;
+    factory_send_flags: "TRITONBACKEND_ResponseFactorySendFlags" => fn(*mut ResponseFactory, u32) -> Err;
+    factory_is_cancelled: "TRITONBACKEND_ResponseFactoryIsCancelled" => fn(*mut ResponseFactory, *mut bool) -> Err;
+}
+
+fn c_str(bytes: &'static [u8]) -> &'static CStr {
+    CStr::from_bytes_with_nul(bytes).expect("NUL-terminated literal")
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Resolve the API once (at TRITONBACKEND_Initialize). The error names the missing function.
+pub fn load() -> Result<&'static Api, String> {
+    if let Some(api) = API.get() {
+        return Ok(api);
+    }
+    let api = Api::resolve().map_err(|symbol| {
+        format!(
+            "tritonrt backend: this tritonserver does not export {symbol}; the backend needs Triton's backend API \
+             {API_MAJOR}.{API_MINOR} or newer (Triton 23.10+)"
+        )
+    })?;
+    Ok(API.get_or_init(|| api))
+}
+
+/// The resolved API. Only called after `load` succeeded: Triton calls no other entry point of a backend
+/// whose TRITONBACKEND_Initialize failed.
+pub fn api() -> &'static Api {
+    API.get().expect("TRITONBACKEND_Initialize resolved the API first")
+}

@@ -1,0 +1,645 @@
+//! The metadata records of each message kind: encoding and checked decoding.
+
+use std::borrow::Cow;
+
+use super::header::{Header, HEADER_SIZE};
+use super::*;
+use crate::dtype::{check_byte_length, DataType};
+
+/// A tensor descriptor: where its bytes are, what they hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor<'a> {
+    pub name: &'a str,
+    pub dtype: DataType,
+    pub location: u8,
+    pub offset: u64,
+    pub byte_length: u64,
+    pub shape: Cow<'a, [i64]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Parameter<'a> {
+    String(&'a str),
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Correlation<'a> {
+    None,
+    Uint(u64),
+    String(&'a str),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request<'a> {
+    pub id: &'a str,
+    pub flags: u32,
+    pub correlation: Correlation<'a>,
+    pub parameters: Vec<(&'a str, Parameter<'a>)>,
+    /// Empty: every output.
+    pub requested_outputs: Vec<&'a str>,
+    pub inputs: Vec<Tensor<'a>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response<'a> {
+    Outputs(Vec<Tensor<'a>>),
+    Error { code: u8, message: &'a str },
+    Nothing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello<'a> {
+    pub instance_index: u32,
+    pub max_batch_size: u32,
+    pub api_major: u32,
+    pub api_minor: u32,
+    pub model_name: &'a str,
+    pub token: &'a str,
+    pub backend_version: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome<'a> {
+    pub worker_pid: u32,
+    pub inline_threshold: u32,
+    pub spin_us: u32,
+    pub region_limit: u64,
+    pub worker_version: &'a str,
+}
+
+/// A message's metadata, by kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body<'a> {
+    Hello(Hello<'a>),
+    Welcome(Welcome<'a>),
+    Refuse(&'a str),
+    Batch(Vec<Request<'a>>),
+    Reply(Vec<Response<'a>>),
+    BatchError {
+        code: u8,
+        message: &'a str,
+    },
+    Cancel(Vec<u32>),
+    /// The count of replies processed.
+    Ack(u32),
+}
+
+impl Body<'_> {
+    pub fn kind(&self) -> u16 {
+        match self {
+            Body::Hello(_) => KIND_HELLO,
+            Body::Welcome(_) => KIND_WELCOME,
+            Body::Refuse(_) => KIND_REFUSE,
+            Body::Batch(_) => KIND_BATCH,
+            Body::Reply(_) => KIND_REPLY,
+            Body::BatchError { .. } => KIND_BATCH_ERROR,
+            Body::Cancel(_) => KIND_CANCEL,
+            Body::Ack(_) => KIND_ACK,
+        }
+    }
+
+    fn count(&self) -> u32 {
+        match self {
+            Body::Batch(requests) => requests.len() as u32,
+            Body::Reply(responses) => responses.len() as u32,
+            Body::Cancel(indices) => indices.len() as u32,
+            Body::Ack(count) => *count,
+            _ => 0,
+        }
+    }
+}
+
+// --- encoding ----------------------------------------------------------------------------------------------
+
+struct Writer<'o>(&'o mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, value: u8) {
+        self.0.push(value);
+    }
+    fn u16(&mut self, value: u16) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u64(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn str(&mut self, value: &str) {
+        self.u32(value.len() as u32);
+        self.0.extend_from_slice(value.as_bytes());
+    }
+    fn tensor(&mut self, tensor: &Tensor<'_>) {
+        self.u32(tensor.name.len() as u32);
+        self.u8(tensor.dtype as u8);
+        self.u8(tensor.location);
+        self.u8(tensor.shape.len() as u8);
+        self.u8(0);
+        self.u64(tensor.offset);
+        self.u64(tensor.byte_length);
+        for &dim in tensor.shape.iter() {
+            self.u64(dim as u64);
+        }
+        self.0.extend_from_slice(tensor.name.as_bytes());
+    }
+    fn request(&mut self, request: &Request<'_>) {
+        self.u32(request.inputs.len() as u32);
+        self.u32(request.requested_outputs.len() as u32);
+        self.u32(request.parameters.len() as u32);
+        self.u32(request.flags);
+        let (kind, id) = match request.correlation {
+            Correlation::None => (CORRELATION_NONE, 0),
+            Correlation::Uint(id) => (CORRELATION_UINT, id),
+            Correlation::String(_) => (CORRELATION_STRING, 0),
+        };
+        self.u8(kind);
+        self.0.extend_from_slice(&[0; 7]);
+        self.u64(id);
+        self.str(request.id);
+        if let Correlation::String(id) = request.correlation {
+            self.str(id);
+        }
+        for (key, value) in &request.parameters {
+            match *value {
+                Parameter::String(text) => {
+                    self.u8(PARAMETER_STRING);
+                    self.str(key);
+                    self.str(text);
+                }
+                Parameter::Int(number) => {
+                    self.u8(PARAMETER_INT);
+                    self.str(key);
+                    self.u64(number as u64);
+                }
+                Parameter::Bool(flag) => {
+                    self.u8(PARAMETER_BOOL);
+                    self.str(key);
+                    self.u8(flag as u8);
+                }
+                Parameter::Double(number) => {
+                    self.u8(PARAMETER_DOUBLE);
+                    self.str(key);
+                    self.u64(number.to_bits());
+                }
+            }
+        }
+        for name in &request.requested_outputs {
+            self.str(name);
+        }
+        for tensor in &request.inputs {
+            self.tensor(tensor);
+        }
+    }
+    fn response(&mut self, response: &Response<'_>) {
+        match response {
+            Response::Outputs(outputs) => {
+                self.u8(STATUS_OUTPUTS);
+                self.u8(0);
+                self.u16(0);
+                self.u32(outputs.len() as u32);
+                for tensor in outputs {
+                    self.tensor(tensor);
+                }
+            }
+            Response::Error { code, message } => {
+                self.u8(STATUS_ERROR);
+                self.u8(*code);
+                self.u16(0);
+                self.u32(message.len() as u32);
+                self.0.extend_from_slice(message.as_bytes());
+            }
+            Response::Nothing => {
+                self.u8(STATUS_NONE);
+                self.u8(0);
+                self.u16(0);
+                self.u32(0);
+            }
+        }
+    }
+}
+
+/// Write the header, the metadata of `body` and the padding before the data section into `out` (cleared
+/// first). The caller appends exactly `data_length` bytes of data afterwards. `header`'s kind, count,
+/// meta_length and data_length are set from `body` and `data_length`.
+pub fn encode_head(header: &Header, body: &Body<'_>, data_length: u64, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(HEADER_SIZE, 0);
+    let mut writer = Writer(out);
+    match body {
+        Body::Hello(hello) => {
+            writer.u32(hello.instance_index);
+            writer.u32(hello.max_batch_size);
+            writer.u32(hello.api_major);
+            writer.u32(hello.api_minor);
+            writer.str(hello.model_name);
+            writer.str(hello.token);
+            writer.str(hello.backend_version);
+        }
+        Body::Welcome(welcome) => {
+            writer.u32(welcome.worker_pid);
+            writer.u32(welcome.inline_threshold);
+            writer.u32(welcome.spin_us);
+            writer.u32(0);
+            writer.u64(welcome.region_limit);
+            writer.str(welcome.worker_version);
+        }
+        Body::Refuse(message) => writer.str(message),
+        Body::Batch(requests) => requests.iter().for_each(|request| writer.request(request)),
+        Body::Reply(responses) => responses.iter().for_each(|response| writer.response(response)),
+        Body::BatchError { code, message } => {
+            writer.u8(*code);
+            writer.0.extend_from_slice(&[0; 3]);
+            writer.str(message);
+        }
+        Body::Cancel(indices) => indices.iter().for_each(|&index| writer.u32(index)),
+        Body::Ack(_) => {}
+    }
+    let header = Header {
+        kind: body.kind(),
+        count: body.count(),
+        meta_length: (out.len() - HEADER_SIZE) as u32,
+        data_length,
+        ..*header
+    };
+    header.encode(&mut out[..HEADER_SIZE]);
+    out.resize(header.data_start(), 0);
+}
+
+/// A whole message: header, metadata and `data`.
+pub fn encode(header: &Header, body: &Body<'_>, data: &[u8], out: &mut Vec<u8>) {
+    encode_head(header, body, data.len() as u64, out);
+    out.extend_from_slice(data);
+}
+
+// --- decoding ----------------------------------------------------------------------------------------------
+
+fn malformed(detail: impl Into<String>) -> WireError {
+    WireError::Malformed(detail.into())
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, count: usize, what: &str) -> Result<&'a [u8], WireError> {
+        let end = self.at.checked_add(count).filter(|end| *end <= self.bytes.len()).ok_or_else(|| {
+            malformed(format!("{what} runs past the metadata's end ({} of {} bytes read)", self.at, self.bytes.len()))
+        })?;
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, WireError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().expect("2 bytes")))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+    fn text(&mut self, length: u32, limit: u32, what: &str) -> Result<&'a str, WireError> {
+        if length > limit {
+            return Err(malformed(format!("{what} has {length} bytes (limit {limit})")));
+        }
+        let bytes = self.take(length as usize, what)?;
+        std::str::from_utf8(bytes).map_err(|_| malformed(format!("{what} is not UTF-8")))
+    }
+    fn str(&mut self, limit: u32, what: &str) -> Result<&'a str, WireError> {
+        let length = self.u32(what)?;
+        self.text(length, limit, what)
+    }
+    fn name(&mut self, what: &str) -> Result<&'a str, WireError> {
+        let length = self.u32(what)?;
+        self.name_of(length, what)
+    }
+    fn name_of(&mut self, length: u32, what: &str) -> Result<&'a str, WireError> {
+        let name = self.text(length, MAX_NAME_BYTES, what)?;
+        if name.is_empty() || name.contains('\0') {
+            return Err(malformed(format!("{what} {name:?} is empty or holds a NUL byte")));
+        }
+        Ok(name)
+    }
+    /// A count of records of at least `min_size` bytes each, checked against what is left to read, so that
+    /// no peer-sent count sizes an allocation beyond the message itself.
+    fn count(&self, count: u32, min_size: usize, what: &str) -> Result<usize, WireError> {
+        let count = count as usize;
+        if count.saturating_mul(min_size) > self.bytes.len() - self.at {
+            return Err(malformed(format!(
+                "{count} {what} cannot fit in the {} bytes left",
+                self.bytes.len() - self.at
+            )));
+        }
+        Ok(count)
+    }
+    fn tensor(&mut self, header: &Header, what: &str) -> Result<Tensor<'a>, WireError> {
+        let name_length = self.u32(what)?;
+        let code = self.u8(what)?;
+        let dtype =
+            DataType::from_code(code as u32).ok_or_else(|| malformed(format!("{what}: unknown data type {code}")))?;
+        let location = self.u8(what)?;
+        let ndim = self.u8(what)?;
+        self.u8(what)?;
+        let offset = self.u64(what)?;
+        let byte_length = self.u64(what)?;
+        if ndim > MAX_NDIM {
+            return Err(malformed(format!("{what}: {ndim} dimensions (limit {MAX_NDIM})")));
+        }
+        let mut shape = Vec::with_capacity(ndim as usize);
+        for _ in 0..ndim {
+            shape.push(self.u64(what)? as i64);
+        }
+        let name = self.name_of(name_length, what)?;
+        check_byte_length(dtype, &shape, byte_length).map_err(|e| malformed(format!("{what} {name:?}: {e}")))?;
+        match location {
+            LOCATION_INLINE => {
+                let end = offset.checked_add(byte_length);
+                if end.map_or(true, |end| end > header.data_length) {
+                    return Err(malformed(format!(
+                        "{what} {name:?}: bytes {offset}+{byte_length} lie outside the {}-byte data section",
+                        header.data_length
+                    )));
+                }
+            }
+            LOCATION_SENDER_REGION if header.region_id == 0 => {
+                return Err(malformed(format!(
+                    "{what} {name:?} is in the sender's region, but the message names none"
+                )));
+            }
+            LOCATION_RECEIVER_REGION if header.peer_region_id == 0 => {
+                return Err(malformed(format!(
+                    "{what} {name:?} is in the receiver's region, but the message names none"
+                )));
+            }
+            LOCATION_SENDER_REGION | LOCATION_RECEIVER_REGION => {
+                offset
+                    .checked_add(byte_length)
+                    .ok_or_else(|| malformed(format!("{what} {name:?}: offset overflows")))?;
+            }
+            other => return Err(malformed(format!("{what} {name:?}: unknown location {other}"))),
+        }
+        Ok(Tensor { name, dtype, location, offset, byte_length, shape: Cow::Owned(shape) })
+    }
+    fn tensors(&mut self, count: u32, header: &Header, what: &str) -> Result<Vec<Tensor<'a>>, WireError> {
+        let count = self.count(count, TENSOR_FIXED_SIZE, what)?;
+        (0..count).map(|_| self.tensor(header, what)).collect()
+    }
+    fn request(&mut self, header: &Header, index: usize) -> Result<Request<'a>, WireError> {
+        let what = format!("request {index}");
+        let input_count = self.u32(&what)?;
+        let output_count = self.u32(&what)?;
+        let parameter_count = self.u32(&what)?;
+        let flags = self.u32(&what)?;
+        let correlation_kind = self.u8(&what)?;
+        self.take(7, &what)?;
+        let correlation_id = self.u64(&what)?;
+        let id = self.str(MAX_TEXT_BYTES, &format!("{what}: its id"))?;
+        let correlation = match correlation_kind {
+            CORRELATION_NONE => Correlation::None,
+            CORRELATION_UINT => Correlation::Uint(correlation_id),
+            CORRELATION_STRING => {
+                Correlation::String(self.str(MAX_TEXT_BYTES, &format!("{what}: its correlation id"))?)
+            }
+            other => return Err(malformed(format!("{what}: unknown correlation id kind {other}"))),
+        };
+        let parameter_count = self.count(parameter_count, 6, &format!("parameters of {what}"))?;
+        let mut parameters = Vec::with_capacity(parameter_count);
+        for _ in 0..parameter_count {
+            let kind = self.u8(&what)?;
+            let key = self.name(&format!("{what}: a parameter's key"))?;
+            let value = match kind {
+                PARAMETER_STRING => Parameter::String(self.str(MAX_TEXT_BYTES, &format!("{what}: parameter {key:?}"))?),
+                PARAMETER_INT => Parameter::Int(self.u64(&what)? as i64),
+                PARAMETER_BOOL => match self.u8(&what)? {
+                    0 => Parameter::Bool(false),
+                    1 => Parameter::Bool(true),
+                    other => return Err(malformed(format!("{what}: parameter {key:?} is a bool of value {other}"))),
+                },
+                PARAMETER_DOUBLE => Parameter::Double(f64::from_bits(self.u64(&what)?)),
+                other => return Err(malformed(format!("{what}: parameter {key:?} has unknown type {other}"))),
+            };
+            parameters.push((key, value));
+        }
+        let output_count = self.count(output_count, 5, &format!("requested outputs of {what}"))?;
+        let mut requested_outputs = Vec::with_capacity(output_count);
+        for _ in 0..output_count {
+            requested_outputs.push(self.name(&format!("{what}: a requested output"))?);
+        }
+        let inputs = self.tensors(input_count, header, &format!("{what}: input"))?;
+        Ok(Request { id, flags, correlation, parameters, requested_outputs, inputs })
+    }
+    fn response(&mut self, header: &Header, index: usize) -> Result<Response<'a>, WireError> {
+        let what = format!("response {index}");
+        let status = self.u8(&what)?;
+        let code = self.u8(&what)?;
+        self.u16(&what)?;
+        let n = self.u32(&what)?;
+        match status {
+            STATUS_OUTPUTS => Ok(Response::Outputs(self.tensors(n, header, &format!("{what}: output"))?)),
+            STATUS_ERROR => {
+                if code > ERROR_CANCELLED {
+                    return Err(malformed(format!("{what}: unknown error code {code}")));
+                }
+                Ok(Response::Error { code, message: self.text(n, MAX_TEXT_BYTES, &format!("{what}: its message"))? })
+            }
+            STATUS_NONE if n == 0 => Ok(Response::Nothing),
+            other => Err(malformed(format!("{what}: unknown status {other} (n = {n})"))),
+        }
+    }
+}
+
+/// Decode the metadata `meta` of a message whose header is `header`. Every field is checked; inline tensors
+/// must lie inside the data section. Region bounds are checked where the region is read.
+pub fn decode_body<'a>(header: &Header, meta: &'a [u8]) -> Result<Body<'a>, WireError> {
+    let mut reader = Reader { bytes: meta, at: 0 };
+    let body = match header.kind {
+        KIND_HELLO => Body::Hello(Hello {
+            instance_index: reader.u32("HELLO")?,
+            max_batch_size: reader.u32("HELLO")?,
+            api_major: reader.u32("HELLO")?,
+            api_minor: reader.u32("HELLO")?,
+            model_name: reader.name("HELLO: the model name")?,
+            token: reader.str(MAX_TEXT_BYTES, "HELLO: the token")?,
+            backend_version: reader.str(MAX_TEXT_BYTES, "HELLO: the backend version")?,
+        }),
+        KIND_WELCOME => {
+            let worker_pid = reader.u32("WELCOME")?;
+            let inline_threshold = reader.u32("WELCOME")?;
+            let spin_us = reader.u32("WELCOME")?;
+            reader.u32("WELCOME")?;
+            let region_limit = reader.u64("WELCOME")?;
+            let worker_version = reader.str(MAX_TEXT_BYTES, "WELCOME: the worker version")?;
+            Body::Welcome(Welcome { worker_pid, inline_threshold, spin_us, region_limit, worker_version })
+        }
+        KIND_REFUSE => Body::Refuse(reader.str(MAX_TEXT_BYTES, "REFUSE: the message")?),
+        KIND_BATCH => {
+            let count = reader.count(header.count, REQUEST_FIXED_SIZE, "requests")?;
+            Body::Batch((0..count).map(|index| reader.request(header, index)).collect::<Result<_, _>>()?)
+        }
+        KIND_REPLY => {
+            let count = reader.count(header.count, RESPONSE_FIXED_SIZE, "responses")?;
+            Body::Reply((0..count).map(|index| reader.response(header, index)).collect::<Result<_, _>>()?)
+        }
+        KIND_BATCH_ERROR => {
+            let code = reader.u8("BATCH_ERROR")?;
+            reader.take(3, "BATCH_ERROR")?;
+            if code > ERROR_CANCELLED {
+                return Err(malformed(format!("BATCH_ERROR: unknown error code {code}")));
+            }
+            Body::BatchError { code, message: reader.str(MAX_TEXT_BYTES, "BATCH_ERROR: the message")? }
+        }
+        KIND_CANCEL => {
+            let count = reader.count(header.count, 4, "cancelled requests")?;
+            Body::Cancel((0..count).map(|_| reader.u32("CANCEL")).collect::<Result<_, _>>()?)
+        }
+        KIND_ACK => Body::Ack(header.count),
+        other => return Err(malformed(format!("unknown message kind {other}"))),
+    };
+    if reader.at != meta.len() {
+        return Err(malformed(format!("{} bytes of metadata left over after the records", meta.len() - reader.at)));
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_batch() -> Vec<Request<'static>> {
+        vec![
+            Request {
+                id: "r1",
+                flags: 0,
+                correlation: Correlation::None,
+                parameters: vec![
+                    ("s", Parameter::String("x")),
+                    ("i", Parameter::Int(-3)),
+                    ("b", Parameter::Bool(true)),
+                    ("d", Parameter::Double(0.5)),
+                ],
+                requested_outputs: vec!["OUT"],
+                inputs: vec![Tensor {
+                    name: "IN",
+                    dtype: DataType::Fp32,
+                    location: LOCATION_INLINE,
+                    offset: 0,
+                    byte_length: 8,
+                    shape: Cow::Owned(vec![1, 2]),
+                }],
+            },
+            Request {
+                id: "",
+                flags: 3,
+                correlation: Correlation::String("seq-7"),
+                parameters: vec![],
+                requested_outputs: vec![],
+                inputs: vec![Tensor {
+                    name: "IN",
+                    dtype: DataType::Bytes,
+                    location: LOCATION_SENDER_REGION,
+                    offset: 64,
+                    byte_length: 9,
+                    shape: Cow::Owned(vec![1]),
+                }],
+            },
+        ]
+    }
+
+    fn framed(body: &Body<'_>, data: &[u8], region_id: u32) -> (Header, Vec<u8>) {
+        let mut out = Vec::new();
+        encode(&Header { seq: 4, region_id, ..Header::default() }, body, data, &mut out);
+        let header = Header::decode(out[..HEADER_SIZE].try_into().unwrap()).unwrap();
+        (header, out)
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let bodies = vec![
+            Body::Hello(Hello {
+                instance_index: 1,
+                max_batch_size: 8,
+                api_major: 1,
+                api_minor: 19,
+                model_name: "m",
+                token: "t",
+                backend_version: "v",
+            }),
+            Body::Welcome(Welcome {
+                worker_pid: 7,
+                inline_threshold: 65536,
+                spin_us: 200,
+                region_limit: 1 << 30,
+                worker_version: "w",
+            }),
+            Body::Refuse("no"),
+            Body::Batch(sample_batch()),
+            Body::Reply(vec![
+                Response::Outputs(vec![Tensor {
+                    name: "OUT",
+                    dtype: DataType::Bool,
+                    location: LOCATION_RECEIVER_REGION,
+                    offset: 3,
+                    byte_length: 2,
+                    shape: Cow::Owned(vec![2]),
+                }]),
+                Response::Error { code: ERROR_INVALID_ARG, message: "bad" },
+                Response::Nothing,
+            ]),
+            Body::BatchError { code: ERROR_INTERNAL, message: "boom" },
+            Body::Cancel(vec![0, 5]),
+            Body::Ack(3),
+        ];
+        for body in bodies {
+            let mut out = Vec::new();
+            let header = Header { seq: 4, region_id: 1, peer_region_id: 2, ..Header::default() };
+            encode(&header, &body, &[0; 8], &mut out);
+            let decoded_header = Header::decode(out[..HEADER_SIZE].try_into().unwrap()).unwrap();
+            assert_eq!(out.len(), decoded_header.total_length());
+            let meta = &out[HEADER_SIZE..HEADER_SIZE + decoded_header.meta_length as usize];
+            assert_eq!(decode_body(&decoded_header, meta).unwrap(), body);
+        }
+    }
+
+    #[test]
+    fn inline_tensors_must_lie_in_the_data_section() {
+        let mut batch = sample_batch();
+        batch.truncate(1);
+        batch[0].inputs[0].offset = 1;
+        let (header, out) = framed(&Body::Batch(batch), &[0; 8], 0);
+        let error = decode_body(&header, &out[HEADER_SIZE..HEADER_SIZE + header.meta_length as usize]).unwrap_err();
+        assert!(error.to_string().contains("outside the 8-byte data section"), "{error}");
+    }
+
+    #[test]
+    fn regional_tensors_need_a_region() {
+        let (header, out) = framed(&Body::Batch(sample_batch()), &[0; 8], 0);
+        let error = decode_body(&header, &out[HEADER_SIZE..HEADER_SIZE + header.meta_length as usize]).unwrap_err();
+        assert!(error.to_string().contains("names none"), "{error}");
+    }
+
+    #[test]
+    fn counts_cannot_size_allocations_beyond_the_message() {
+        let header = Header { kind: KIND_BATCH, count: MAX_COUNT, meta_length: 10, ..Header::default() };
+        let error = decode_body(&header, &[0; 10]).unwrap_err();
+        assert!(error.to_string().contains("cannot fit"), "{error}");
+    }
+
+    #[test]
+    fn shape_and_length_must_agree() {
+        let mut batch = sample_batch();
+        batch.truncate(1);
+        batch[0].inputs[0].shape = Cow::Owned(vec![1, 1 << 62]);
+        let (header, out) = framed(&Body::Batch(batch), &[0; 8], 0);
+        let error = decode_body(&header, &out[HEADER_SIZE..HEADER_SIZE + header.meta_length as usize]).unwrap_err();
+        assert!(error.to_string().contains("2^64 bytes"), "{error}");
+    }
+}

@@ -1,0 +1,207 @@
+//! The Rust codec against the specification (runtime/docs/wire-protocol.md) and the golden messages that the
+//! Python side checks too (tests/golden/: vectors.json describes each message, <name>.bin holds its bytes).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use triton_tritonrt::dtype::DataType;
+use triton_tritonrt::json::{self, Json};
+use triton_tritonrt::wire::{
+    self, decode_body, encode, Body, Correlation, Header, Hello, Parameter, Request, Response, Tensor, Welcome,
+    HEADER_SIZE,
+};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn spec_constants() -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(root().join("../docs/wire-protocol.md")).expect("the specification");
+    let block =
+        text.split("```constants\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a constants block");
+    block
+        .lines()
+        .map(|line| {
+            let (name, value) = line.split_once(" = ").expect("NAME = value");
+            let value = match value.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+                None => value.parse().unwrap(),
+            };
+            (name.to_string(), value)
+        })
+        .collect()
+}
+
+#[test]
+fn constants_match_the_specification() {
+    let ours: BTreeMap<String, u64> = wire::CONSTANTS.iter().map(|(name, value)| (name.to_string(), *value)).collect();
+    assert_eq!(ours, spec_constants());
+    let text: BTreeMap<String, u64> = wire::constants_text()
+        .lines()
+        .map(|line| line.split_once(" = ").unwrap())
+        .map(|(name, value)| {
+            (
+                name.to_string(),
+                value
+                    .strip_prefix("0x")
+                    .map_or_else(|| value.parse().unwrap(), |h| u64::from_str_radix(h, 16).unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(text, spec_constants());
+}
+
+fn int(value: &Json) -> i64 {
+    value.as_i64().unwrap_or_else(|| panic!("an integer, not {value:?}"))
+}
+
+fn text(value: &Json) -> &str {
+    value.as_str().unwrap_or_else(|| panic!("a string, not {value:?}"))
+}
+
+fn field<'a>(object: &'a Json, key: &str) -> &'a Json {
+    object.get(key).unwrap_or_else(|| panic!("no {key:?} in {object:?}"))
+}
+
+fn tensor(spec: &Json) -> Tensor<'_> {
+    Tensor {
+        name: text(field(spec, "name")),
+        dtype: DataType::from_code(int(field(spec, "dtype")) as u32).unwrap(),
+        location: int(field(spec, "location")) as u8,
+        offset: int(field(spec, "offset")) as u64,
+        byte_length: int(field(spec, "byte_length")) as u64,
+        shape: Cow::Owned(field(spec, "shape").as_array().unwrap().iter().map(int).collect()),
+    }
+}
+
+/// A vector's header and body as the Rust codec represents them, and its data section.
+fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
+    let h = field(vector, "header");
+    let b = field(vector, "body");
+    let number = |key: &str| h.get(key).map_or(0, int) as u64;
+    let kind_name = text(field(h, "kind"));
+    let kind = wire::CONSTANTS.iter().find(|(name, _)| *name == format!("KIND_{kind_name}")).unwrap().1 as u16;
+    let body = match kind {
+        wire::KIND_HELLO => Body::Hello(Hello {
+            instance_index: int(field(b, "instance_index")) as u32,
+            max_batch_size: int(field(b, "max_batch_size")) as u32,
+            api_major: int(field(b, "api_major")) as u32,
+            api_minor: int(field(b, "api_minor")) as u32,
+            model_name: text(field(b, "model_name")),
+            token: text(field(b, "token")),
+            backend_version: text(field(b, "backend_version")),
+        }),
+        wire::KIND_WELCOME => Body::Welcome(Welcome {
+            worker_pid: int(field(b, "worker_pid")) as u32,
+            inline_threshold: int(field(b, "inline_threshold")) as u32,
+            spin_us: int(field(b, "spin_us")) as u32,
+            region_limit: int(field(b, "region_limit")) as u64,
+            worker_version: text(field(b, "worker_version")),
+        }),
+        wire::KIND_REFUSE => Body::Refuse(text(field(b, "message"))),
+        wire::KIND_BATCH => Body::Batch(
+            field(b, "requests")
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| Request {
+                    id: text(field(r, "id")),
+                    flags: int(field(r, "flags")) as u32,
+                    correlation: match field(r, "correlation") {
+                        Json::Null => Correlation::None,
+                        Json::String(id) => Correlation::String(id),
+                        other => Correlation::Uint(int(other) as u64),
+                    },
+                    parameters: field(r, "parameters")
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| {
+                            let p = p.as_array().unwrap();
+                            let value = match text(&p[1]) {
+                                "string" => Parameter::String(text(&p[2])),
+                                "int" => Parameter::Int(int(&p[2])),
+                                "bool" => Parameter::Bool(p[2].as_bool().unwrap()),
+                                _ => Parameter::Double(match &p[2] {
+                                    Json::Number(n) => n.parse().unwrap(),
+                                    _ => panic!(),
+                                }),
+                            };
+                            (text(&p[0]), value)
+                        })
+                        .collect(),
+                    requested_outputs: field(r, "requested_outputs").as_array().unwrap().iter().map(text).collect(),
+                    inputs: field(r, "inputs").as_array().unwrap().iter().map(tensor).collect(),
+                })
+                .collect(),
+        ),
+        wire::KIND_REPLY => Body::Reply(
+            field(b, "responses")
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| match text(field(r, "status")) {
+                    "outputs" => {
+                        Response::Outputs(field(r, "outputs").as_array().unwrap().iter().map(tensor).collect())
+                    }
+                    "error" => {
+                        Response::Error { code: int(field(r, "code")) as u8, message: text(field(r, "message")) }
+                    }
+                    _ => Response::Nothing,
+                })
+                .collect(),
+        ),
+        wire::KIND_BATCH_ERROR => {
+            Body::BatchError { code: int(field(b, "code")) as u8, message: text(field(b, "message")) }
+        }
+        wire::KIND_CANCEL => {
+            Body::Cancel(field(b, "indices").as_array().unwrap().iter().map(|i| int(i) as u32).collect())
+        }
+        _ => Body::Ack(number("count") as u32),
+    };
+    let header = Header {
+        kind,
+        flags: number("flags") as u32,
+        seq: number("seq"),
+        region_size: number("region_size"),
+        region_id: number("region_id") as u32,
+        peer_region_id: number("peer_region_id") as u32,
+        ..Header::default()
+    };
+    let data = vector.get("data_hex").map_or(Vec::new(), |hex| {
+        let hex = text(hex);
+        (0..hex.len()).step_by(2).map(|at| u8::from_str_radix(&hex[at..at + 2], 16).unwrap()).collect()
+    });
+    (header, body, data)
+}
+
+fn vectors() -> Json {
+    json::parse(&std::fs::read_to_string(root().join("tests/golden/vectors.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn golden_messages_encode_byte_for_byte_and_decode_to_their_description() {
+    let vectors = vectors();
+    let vectors = vectors.as_array().unwrap();
+    assert_eq!(vectors.len(), 8, "one vector per kind");
+    for vector in vectors {
+        let name = text(field(vector, "name"));
+        let raw = std::fs::read(root().join(format!("tests/golden/{name}.bin"))).unwrap();
+        let (header, body, data) = logical(vector);
+        let mut encoded = Vec::new();
+        encode(&header, &body, &data, &mut encoded);
+        assert_eq!(encoded, raw, "{name}: the Rust encoder differs from the golden bytes");
+        let decoded = Header::decode(raw[..HEADER_SIZE].try_into().unwrap()).unwrap();
+        assert_eq!(decoded.total_length(), raw.len(), "{name}");
+        assert_eq!(
+            (decoded.kind, decoded.flags, decoded.seq, decoded.region_size),
+            (header.kind, header.flags, header.seq, header.region_size),
+            "{name}"
+        );
+        assert_eq!((decoded.region_id, decoded.peer_region_id), (header.region_id, header.peer_region_id), "{name}");
+        let meta = &raw[HEADER_SIZE..HEADER_SIZE + decoded.meta_length as usize];
+        assert_eq!(decode_body(&decoded, meta).unwrap(), body, "{name}");
+        assert_eq!(&raw[decoded.data_start()..], &data[..], "{name}");
+    }
+}

@@ -1,0 +1,406 @@
+"""The worker's end of the native backend's connection: listen, shake hands, receive batches as numpy arrays
+built on the received bytes or the backend's region (no copy), send replies (outputs copied once into this
+side's region, or inline when small, or by reference when they are views of an input's region).
+
+One :class:`WorkerListener` per model instance (one inference callable); the backend instance connects to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import os
+import pathlib
+import socket
+import sys
+from collections.abc import Mapping
+
+import numpy as np
+
+from tritonrt.memory import data_address
+from tritonrt.proxy import wire
+from tritonrt.proxy.link import Link, PeerGone
+from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
+from tritonrt.proxy.tensors import array_from, encode_bytes, wire_dtype
+from tritonrt.proxy.wire import (
+    DATA_ALIGN,
+    FLAG_DECOUPLED,
+    FLAG_FINAL,
+    FLAG_NEW_REGION,
+    FLAG_RETAINED,
+    KIND_ACK,
+    KIND_BATCH,
+    KIND_BATCH_ERROR,
+    KIND_CANCEL,
+    KIND_HELLO,
+    KIND_REFUSE,
+    KIND_REPLY,
+    KIND_WELCOME,
+    LOCATION_INLINE,
+    LOCATION_RECEIVER_REGION,
+    LOCATION_SENDER_REGION,
+    RESPONSE_LAYOUT,
+    STATUS_ERROR,
+    STATUS_NONE,
+    STATUS_OUTPUTS,
+    Header,
+    WireError,
+)
+from tritonrt.proxy.wire_decode import decode_batch, decode_body
+
+__all__ = [
+    "ErrorResponse",
+    "IncomingRequest",
+    "InstanceIdentity",
+    "PeerGone",
+    "RegionError",
+    "WorkerConnection",
+    "WorkerListener",
+    "WorkerSettings",
+]
+
+VERSION_TEXT = "tritonrt-worker 0.1.0"
+_HANDSHAKE_TIMEOUT_S = 10.0
+_PADDING = bytes(DATA_ALIGN)
+_NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
+_NO_REGION = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSettings:
+    """What the worker tells the backend in its WELCOME, and how it waits itself."""
+
+    inline_threshold: int = 64 << 10  # tensors of this many bytes or more travel through shared memory
+    spin_us: int = 200  # the backend polls this long for a reply before it sleeps (0: never)
+    region_limit: int = dataclasses.field(default_factory=default_region_limit)
+    worker_spin_us: int = 0  # this side polls this long for the next batch before it sleeps
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceIdentity:
+    """What a backend instance must present to be served."""
+
+    model_name: str
+    instance_index: int
+    token: str
+    decoupled: bool = False
+    max_batch_size: int = 0
+
+
+class ErrorResponse(Exception):
+    """A per-request error to send back (``code``: Triton's error code, e.g. wire.ERROR_INVALID_ARG)."""
+
+    def __init__(self, message: str, code: int = wire.ERROR_INTERNAL):
+        super().__init__(message)
+        self.code = code
+
+
+class IncomingRequest:
+    """One request of a batch: ``inputs`` (name -> array), ``parameters``, ``requested_output_names`` (None:
+    all), the request ``id``, ``correlation_id`` and sequence ``flags``."""
+
+    __slots__ = ("inputs", "parameters", "requested_output_names", "id", "correlation_id", "flags")
+
+    def __init__(self, inputs, parameters, requested_output_names, request_id, correlation_id, flags):
+        self.inputs: dict[str, np.ndarray] = inputs
+        self.parameters: dict = parameters
+        self.requested_output_names: list[str] | None = requested_output_names
+        self.id: str = request_id
+        self.correlation_id: int | str | None = correlation_id
+        self.flags: int = flags
+
+
+class WorkerListener:
+    """Listen on the Unix socket ``path`` (created mode 0600) for the backend instance ``identity``."""
+
+    def __init__(self, path: pathlib.Path, identity: InstanceIdentity, settings: WorkerSettings | None = None):
+        self.path, self.identity = path, identity
+        self.settings = settings or WorkerSettings()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        os.chmod(path, 0o600)
+        self._sock.listen(1)
+        self.refusals: list[str] = []  # why connections were refused, latest last
+
+    def accept(self) -> WorkerConnection:
+        """The next backend connection that passes the handshake (others are refused with a reason and
+        closed). Raises OSError once the listener is closed."""
+        while True:
+            sock, _ = self._sock.accept()
+            link = Link(sock, self.settings.worker_spin_us / 1e6)
+            try:
+                reason = self._handshake(link)
+            except (WireError, PeerGone, OSError) as error:
+                reason = str(error)
+                self._refuse(link, reason)
+            if reason is None:
+                return WorkerConnection(link, self.identity, self.settings)
+            self.refusals.append(reason)
+            link.close()
+
+    def _handshake(self, link: Link) -> str | None:
+        received = link.receive(_HANDSHAKE_TIMEOUT_S)
+        if received is None:
+            return "no HELLO within the handshake's time"
+        header, buffer, _ = received
+        if header.kind != KIND_HELLO:
+            return self._refuse(link, f"expected HELLO, got a message of kind {header.kind}")
+        hello = decode_body(header, buffer)
+        me = self.identity
+        problems = []
+        if not hmac.compare_digest(hello.token.encode(), me.token.encode()):
+            problems.append("its token does not match this model's connection file (a stale model repository?)")
+        if hello.model_name != me.model_name:
+            problems.append(f"it serves model {hello.model_name!r}, this process model {me.model_name!r}")
+        if hello.instance_index != me.instance_index:
+            problems.append(f"it is instance {hello.instance_index}, this socket serves instance {me.instance_index}")
+        if bool(header.flags & FLAG_DECOUPLED) != me.decoupled:
+            problems.append(f"decoupled is {bool(header.flags & FLAG_DECOUPLED)} in its config, {me.decoupled} here")
+        if hello.max_batch_size != me.max_batch_size:
+            problems.append(f"max_batch_size is {hello.max_batch_size} in its config, {me.max_batch_size} here")
+        if problems:
+            return self._refuse(link, "; ".join(problems))
+        s = self.settings
+        welcome = wire.Welcome(os.getpid(), s.inline_threshold, s.spin_us, s.region_limit, VERSION_TEXT)
+        link.send([wire.encode_message(Header(KIND_WELCOME), wire.encode_welcome(welcome))])
+        return None
+
+    @staticmethod
+    def _refuse(link: Link, reason: str) -> str:
+        try:
+            link.send([wire.encode_message(Header(KIND_REFUSE), wire.encode_text(reason))])
+        except OSError:
+            pass
+        return reason
+
+    def close(self) -> None:
+        """Stop listening (wakes a blocked accept) and remove the socket's path."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+class WorkerConnection:
+    """A connected backend instance: :meth:`receive_batch`, then :meth:`reply` (or :meth:`fail`)."""
+
+    def __init__(self, link: Link, identity: InstanceIdentity, settings: WorkerSettings):
+        self.link, self.identity, self.settings = link, identity, settings
+        self._peer: PeerRegion | None = None
+        self._own: OwnRegion | None = None
+        self._next_region_id = 1
+        self._seq = 0
+        self._used_peer_region = False  # the current batch has tensors in the backend's region
+        self._replies = 0  # REPLY messages sent for the current batch
+        self._region_reply = 0  # the last of them that used this side's region
+        self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
+
+    # -- receiving ---------------------------------------------------------------------------------------------
+
+    def receive_batch(self) -> tuple[int, list[IncomingRequest]]:
+        """Wait for the next batch: ``(seq, requests)``. Raises PeerGone when the backend closed, WireError
+        (after answering the batch with BATCH_ERROR) when the batch cannot be read."""
+        while True:
+            header, buffer, fd = self._receive(None)
+            if header.kind == KIND_BATCH:
+                break
+            self._control(header, buffer)
+        self._seq, self._replies, self._region_reply = header.seq, 0, 0
+        self.cancelled = set()
+        if self._own is not None:
+            self._own.top = 0  # the backend copied every output of earlier batches before it sent this one
+        try:
+            return header.seq, self._requests(header, buffer, fd)
+        except WireError as error:
+            self.fail(header.seq, f"tritonrt: the batch cannot be read: {error}")
+            raise
+
+    def _receive(self, timeout: float | None):
+        received = self.link.receive(timeout)
+        if received is not None and received[0].kind in (KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY):
+            raise WireError(f"unexpected message of kind {received[0].kind}", breaks_stream=True)
+        return received
+
+    def _control(self, header: Header, buffer) -> None:
+        if header.kind == KIND_CANCEL and header.seq == self._seq:
+            self.cancelled.update(decode_body(header, buffer))
+        elif header.kind == KIND_ACK and header.seq == self._seq and header.count >= self._region_reply:
+            if self._own is not None:
+                self._own.top = 0
+
+    def poll(self) -> set[int]:
+        """Read the CANCEL and ACK messages that have arrived, without waiting; the cancelled requests."""
+        while (received := self._receive(0)) is not None:
+            header, buffer, fd = received
+            if header.kind == KIND_BATCH:
+                raise WireError("a new batch arrived before the last was answered", breaks_stream=True)
+            self._control(header, buffer)
+        return self.cancelled
+
+    def _requests(self, header: Header, buffer: bytearray, fd: int) -> list[IncomingRequest]:
+        if fd >= 0:
+            self._peer = PeerRegion(header.region_id, fd, header.region_size)
+        peer = self._peer
+        if header.region_id and (peer is None or peer.id != header.region_id):
+            raise WireError(f"the batch refers to region {header.region_id}, which is not mapped")
+        self._used_peer_region = bool(header.region_id)
+        data_start = header.data_start
+        requests = []
+        for meta in decode_batch(header, buffer):
+            inputs = {}
+            for name, dtype, location, offset, byte_length, shape in meta.inputs:
+                if location == LOCATION_INLINE:
+                    source, offset = buffer, data_start + offset
+                else:
+                    region = peer if location == LOCATION_SENDER_REGION else self._own
+                    if region is None or offset + byte_length > region.size:
+                        raise WireError(f"input {name!r} lies outside its region")
+                    source = region.base
+                inputs[name] = array_from(source, offset, dtype, shape, byte_length)
+            requests.append(IncomingRequest(inputs, *meta[3:5], meta.id, meta.correlation_id, meta.flags))
+        return requests
+
+    # -- sending -----------------------------------------------------------------------------------------------
+
+    def reply(self, seq: int, responses: list, *, final: bool = True) -> None:
+        """Send one response per request of batch ``seq``, in order: a mapping of output name to array, an
+        exception (the request fails with its message; ErrorResponse carries a code), or None (nothing this
+        time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: drop
+        every reference to the batch's requests and inputs first, so that this side can tell the backend
+        whether the callable kept views of its region."""
+        threshold = self.settings.inline_threshold
+        peer = self._peer
+        peer_base = peer.base if peer is not None else _NO_REGION  # never any array's base
+        records: list = []
+        inline: dict[str, list] = {}
+        regional: dict[str, list] = {}
+        for response in responses:
+            if response is None:
+                records.append(None)
+                continue
+            if isinstance(response, BaseException):
+                records.append(response)
+                continue
+            if not isinstance(response, Mapping):
+                records.append(ErrorResponse(f"a response must be a dict of arrays, not {type(response).__name__}"))
+                continue
+            outputs = []
+            for name, value in response.items():
+                array = value if type(value) is np.ndarray else np.asarray(value)
+                code = wire_dtype(array.dtype)
+                if code == wire.DTYPE_BYTES:
+                    shape = array.shape
+                    array = encode_bytes(array) if array.size else b""
+                    entry = [name.encode(), code, LOCATION_INLINE, 0, len(array), shape, array]
+                else:
+                    if array.dtype.byteorder == ">":
+                        array = array.astype(array.dtype.newbyteorder("<"))
+                    entry = [name.encode(), code, LOCATION_INLINE, 0, array.nbytes, array.shape, array]
+                    if array.nbytes >= threshold and array.base is peer_base and array.flags.c_contiguous:
+                        entry[2], entry[3], entry[6] = LOCATION_RECEIVER_REGION, data_address(array) - peer.start, None
+                        outputs.append(entry)
+                        continue
+                if entry[4] >= threshold:
+                    regional.setdefault(name, []).append(entry)
+                elif entry[4]:
+                    if type(array) is np.ndarray and (array.base is peer_base or not array.flags.c_contiguous):
+                        entry[6] = array.tobytes()  # keep no view of the backend's region, and send contiguous bytes
+                    inline.setdefault(name, []).append(entry)
+                outputs.append(entry)
+            records.append(outputs)
+        responses.clear()
+        # Drop the loop's references to the callable's arrays and to the region's base array (see _retained).
+        response = value = array = peer_base = None  # noqa: F841
+        parts: list = [b""]
+        inline_end = 0
+        for run in inline.values():
+            padding = -inline_end % DATA_ALIGN
+            if padding:
+                parts.append(_PADDING[:padding])
+                inline_end += padding
+            for entry in run:
+                entry[3] = inline_end
+                parts.append(entry[6])
+                inline_end += entry[4]
+        region, announce = self._lay_out(regional) if regional else (None, False)
+        meta = bytearray()
+        for record in records:
+            if record is None:
+                meta += _NO_OUTPUTS
+            elif isinstance(record, BaseException):
+                message = str(record) if isinstance(record, ErrorResponse) else _describe(record)
+                encoded = message.encode()[: wire.MAX_TEXT_BYTES]
+                code = getattr(record, "code", wire.ERROR_INTERNAL)
+                meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
+                meta += encoded
+            else:
+                meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
+                for name, code, location, offset, nbytes, shape, _ in record:
+                    wire.pack_tensor(meta, name, code, location, offset, nbytes, shape)
+        count = len(records)
+        records = inline = regional = None
+        flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
+        if final and self._retained():
+            flags |= FLAG_RETAINED
+        self._replies += 1
+        if region is not None and not final:
+            self._region_reply = self._replies
+        header = Header(
+            KIND_REPLY, flags, count, seq, region.size if announce else 0,
+            region.id if region is not None else 0, peer.id if peer is not None else 0,
+        )  # fmt: skip
+        parts[0] = wire.encode_message(header, meta, inline_end)
+        self.link.send(parts, region.fd if announce else -1)
+        if announce:
+            region.close_fd()
+
+    def _retained(self) -> bool:
+        """True when arrays still view the backend's region used by this batch (every array built on it, and every
+        view derived from them, holds a reference to its base array; the mapping holds one, getrefcount another)."""
+        return self._used_peer_region and self._peer is not None and sys.getrefcount(self._peer.base) > 2
+
+    def _lay_out(self, runs: dict[str, list]) -> tuple[OwnRegion, bool]:
+        """Copy the runs into this side's region (each run aligned), making a region when there is no room."""
+        need = 0
+        for run in runs.values():
+            need = -(-need // DATA_ALIGN) * DATA_ALIGN + sum(entry[4] for entry in run)
+        own = self._own
+        if own is not None and own.top and -(-own.top // DATA_ALIGN) * DATA_ALIGN + need > own.size:
+            self.poll()  # an ACK may have freed the region
+        start = -(-own.top // DATA_ALIGN) * DATA_ALIGN if own is not None else 0
+        if own is None or start + need > own.size:
+            own = self._own = OwnRegion(self._next_region_id, size_for(need, self.settings.region_limit))
+            self._next_region_id += 1
+            start = 0
+        for run in runs.values():
+            start = -(-start // DATA_ALIGN) * DATA_ALIGN
+            for entry in run:
+                entry[2], entry[3] = LOCATION_SENDER_REGION, start
+                payload, nbytes = entry[6], entry[4]
+                if type(payload) is bytes:
+                    own.map[start : start + nbytes] = payload
+                else:
+                    np.copyto(np.ndarray(payload.shape, payload.dtype.newbyteorder("<"), own.base, start), payload)
+                entry[6] = None
+                start += nbytes
+        own.top = start
+        announce = not own.announced
+        own.announced = True
+        return own, announce
+
+    def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
+        """Fail every request of batch ``seq`` that has no final response yet."""
+        flags = FLAG_RETAINED if self._retained() else 0
+        meta = wire.encode_batch_error(code, message)
+        self.link.send([wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
+
+    def close(self) -> None:
+        self.link.close()
+        self._peer = self._own = None
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

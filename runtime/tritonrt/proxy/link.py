@@ -1,0 +1,156 @@
+"""Framed wire-protocol messages over a connected Unix stream socket, with file descriptors attached.
+
+Each received message starts at offset 0 of the receive buffer, so that tensors built on its bytes are as
+aligned as the protocol lays them out. Tensors may view the buffer: while any does (its reference count tells),
+the next message is read into a new buffer instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import math
+import os
+import select
+import socket
+import sys
+import time
+
+from tritonrt.proxy.regions import received_fds
+from tritonrt.proxy.wire import FLAG_NEW_REGION, HEADER_SIZE, Header, WireError, decode_header
+
+__all__ = ["Link", "PeerGone"]
+
+_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+_ANCILLARY = socket.CMSG_SPACE(4 * 4)
+_PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
+_INITIAL = 1 << 16
+
+
+class PeerGone(ConnectionError):
+    """The other side closed the connection (its process stopped or died)."""
+
+
+class Link:
+    """One end of a connection. ``spin_s``: how long :meth:`receive` polls before it sleeps."""
+
+    def __init__(self, sock: socket.socket, spin_s: float = 0.0):
+        sock.setblocking(True)
+        self.sock = sock
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._spin_s = spin_s
+        self._buffer = bytearray(_INITIAL)
+        self._end = 0  # bytes held
+        self._consumed = 0  # length of the message returned last
+        self._fds: collections.deque[int] = collections.deque()
+
+    def receive(self, timeout: float | None = None) -> tuple[Header, bytearray, int] | None:
+        """The next message: its header, the buffer it starts at offset 0 of, and the descriptor it announced
+        (-1 if none). None if nothing came within ``timeout`` seconds (None: wait). The buffer stays valid
+        until the next call."""
+        self._drop_consumed()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            need = HEADER_SIZE
+            if self._end >= HEADER_SIZE:
+                header = decode_header(self._buffer)
+                need = header.total_length
+                if self._end >= need:
+                    self._consumed = need
+                    fd = -1
+                    if header.flags & FLAG_NEW_REGION:
+                        if not self._fds:
+                            raise WireError("a new region was announced without its descriptor", breaks_stream=True)
+                        fd = self._fds.popleft()
+                    return header, self._buffer, fd
+            if need > len(self._buffer):
+                grown = bytearray(need)
+                grown[: self._end] = memoryview(self._buffer)[: self._end]
+                self._buffer = grown
+            if not self._read(deadline):
+                return None
+
+    def _drop_consumed(self) -> None:
+        """Move what follows the last message to the buffer's start (into a new buffer while arrays view it)."""
+        consumed, self._consumed = self._consumed, 0
+        # References: self._buffer and getrefcount's argument; any more are arrays or views of the buffer.
+        exported = sys.getrefcount(self._buffer) > 2
+        if not consumed and not exported:
+            return
+        left = self._end - consumed
+        rest = bytes(memoryview(self._buffer)[consumed : self._end]) if left else b""
+        if exported:
+            self._buffer = bytearray(max(_INITIAL, left))
+        self._buffer[:left] = rest
+        self._end = left
+
+    def _read(self, deadline: float | None) -> bool:
+        """Read what arrives before ``deadline`` (None: wait for it); False when nothing came by then. Sleeps in
+        poll rather than in a failed read: a read that finds nothing costs an exception in Python."""
+        while True:
+            if not (self._spin_s and self._spin()):
+                if deadline is None:
+                    self._poll.poll()
+                elif not self._poll.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000))):
+                    return False
+            if self._read_now():
+                return True
+
+    def _spin(self) -> bool:
+        """Poll without sleeping for up to the spin time; True once data (or the close) arrived."""
+        end = time.perf_counter() + self._spin_s
+        while time.perf_counter() < end:
+            try:
+                self.sock.recv(1, _PEEK)
+                return True
+            except BlockingIOError:
+                os.sched_yield()
+        return False
+
+    def _read_now(self) -> bool:
+        """Read what has arrived; False if nothing had."""
+        view = memoryview(self._buffer)[self._end :]
+        try:
+            count, ancillary, flags, _ = self.sock.recvmsg_into([view], _ANCILLARY, _FLAGS)
+        except BlockingIOError:
+            return False
+        finally:
+            view.release()
+        fds = received_fds(ancillary)
+        if flags & socket.MSG_CTRUNC:
+            for fd in fds:
+                os.close(fd)
+            raise WireError("the peer sent more file descriptors than allowed", breaks_stream=True)
+        self._fds.extend(fds)
+        if len(self._fds) > 2:
+            raise WireError("the peer sent descriptors that no message announced", breaks_stream=True)
+        if count == 0:
+            raise PeerGone("the peer closed the connection")
+        self._end += count
+        return True
+
+    def send(self, parts: list, fd: int = -1) -> None:
+        """Send ``parts`` (bytes-like objects) as one message; ``fd`` goes with its first byte."""
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd >= 0 else []
+        total = sum(memoryview(part).nbytes for part in parts)
+        sent = self.sock.sendmsg(parts, ancillary)
+        while sent < total:  # a message larger than the socket's buffer: finish it
+            views = [memoryview(part).cast("B") for part in parts]
+            skip = sent
+            while views and skip >= views[0].nbytes:
+                skip -= views[0].nbytes
+                views.pop(0)
+            views[0] = views[0][skip:]
+            parts = views
+            total -= sent
+            sent = self.sock.sendmsg(parts)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        try:
+            self.sock.close()
+        except OSError:
+            pass

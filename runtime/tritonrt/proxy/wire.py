@@ -1,0 +1,323 @@
+"""The wire protocol, version 1, between tritonrt's Triton backend and the process that serves the callables.
+
+Defined in ``runtime/docs/wire-protocol.md``: this module's constants and layouts are checked against that page
+and against the Rust backend (golden messages in ``runtime/native/tests/golden/``). This module holds the
+constants, the header and the encoders; :mod:`tritonrt.proxy.wire_decode` the decoders. Pure: no sockets, no
+numpy.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+__all__ = [
+    "BATCH_ERROR_LAYOUT",
+    "CONSTANTS",
+    "DIMS_LAYOUTS",
+    "ELEMENT_SIZES",
+    "HEADER_LAYOUT",
+    "HELLO_LAYOUT",
+    "REQUEST_LAYOUT",
+    "RESPONSE_LAYOUT",
+    "TENSOR_LAYOUT",
+    "WELCOME_LAYOUT",
+    "HEADER_SIZE",
+    "Header",
+    "Hello",
+    "RequestMeta",
+    "ResponseMeta",
+    "TensorMeta",
+    "Welcome",
+    "WireError",
+    "align",
+    "decode_header",
+    "encode_batch",
+    "encode_batch_error",
+    "encode_cancel",
+    "encode_hello",
+    "encode_message",
+    "encode_reply",
+    "encode_text",
+    "encode_welcome",
+    "expected_bytes",
+    "pack_tensor",
+]
+
+MAGIC = 0x57545254
+VERSION = 1
+HEADER_SIZE = 64
+DATA_ALIGN = 64
+KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_BATCH, KIND_REPLY, KIND_BATCH_ERROR, KIND_CANCEL, KIND_ACK = range(1, 9)
+FLAG_FINAL, FLAG_RETAINED, FLAG_NEW_REGION, FLAG_DECOUPLED = 1, 2, 4, 8
+LOCATION_INLINE, LOCATION_SENDER_REGION, LOCATION_RECEIVER_REGION = 0, 1, 2
+STATUS_OUTPUTS, STATUS_ERROR, STATUS_NONE = 0, 1, 2
+PARAMETER_STRING, PARAMETER_INT, PARAMETER_BOOL, PARAMETER_DOUBLE = 0, 1, 2, 3
+CORRELATION_NONE, CORRELATION_UINT, CORRELATION_STRING = 0, 1, 2
+DTYPE_BOOL, DTYPE_UINT8, DTYPE_UINT16, DTYPE_UINT32, DTYPE_UINT64 = 1, 2, 3, 4, 5
+DTYPE_INT8, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64 = 6, 7, 8, 9
+DTYPE_FP16, DTYPE_FP32, DTYPE_FP64, DTYPE_BYTES, DTYPE_BF16 = 10, 11, 12, 13, 14
+ERROR_UNKNOWN, ERROR_INTERNAL, ERROR_NOT_FOUND, ERROR_INVALID_ARG = 0, 1, 2, 3
+ERROR_UNAVAILABLE, ERROR_UNSUPPORTED, ERROR_ALREADY_EXISTS, ERROR_CANCELLED = 4, 5, 6, 7
+MAX_META_BYTES = 16 << 20
+MAX_DATA_BYTES = 256 << 20
+MAX_COUNT = 1 << 16
+MAX_NDIM = 32
+MAX_NAME_BYTES = 4096
+MAX_TEXT_BYTES = 1 << 20
+MAX_REGION_BYTES = 1 << 40
+TENSOR_FIXED_SIZE = 24
+REQUEST_FIXED_SIZE = 32
+RESPONSE_FIXED_SIZE = 8
+# Every constant of the specification's constants block, by name (the module's upper-case integers).
+CONSTANTS: dict[str, int] = {name: value for name, value in globals().items() if name.isupper() and type(value) is int}
+
+# The records of the specification, as struct layouts.
+HEADER_LAYOUT = struct.Struct("<IHHIIQQIIIIQQ")
+TENSOR_LAYOUT = struct.Struct("<IBBBBQQ")
+REQUEST_LAYOUT = struct.Struct("<IIIIB7xQ")
+RESPONSE_LAYOUT = struct.Struct("<BBHI")
+_U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
+HELLO_LAYOUT = struct.Struct("<IIII")
+WELCOME_LAYOUT = struct.Struct("<IIIIQ")
+BATCH_ERROR_LAYOUT = struct.Struct("<B3x")
+DIMS_LAYOUTS = [struct.Struct(f"<{n}q") for n in range(33)]
+ELEMENT_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 13: 4, 14: 2}
+_PADDING = bytes(64)
+
+
+class WireError(ValueError):
+    """A message that cannot be used. ``breaks_stream``: the stream is out of step (close the connection)."""
+
+    def __init__(self, message: str, *, breaks_stream: bool = False):
+        super().__init__(message)
+        self.breaks_stream = breaks_stream
+
+
+class Header(NamedTuple):
+    kind: int
+    flags: int = 0
+    count: int = 0
+    seq: int = 0
+    region_size: int = 0
+    region_id: int = 0
+    peer_region_id: int = 0
+    meta_length: int = 0
+    data_length: int = 0
+
+    @property
+    def data_start(self) -> int:
+        return align(HEADER_SIZE + self.meta_length)
+
+    @property
+    def total_length(self) -> int:
+        return self.data_start + self.data_length
+
+
+class TensorMeta(NamedTuple):
+    name: str
+    dtype: int
+    location: int
+    offset: int
+    byte_length: int
+    shape: tuple[int, ...]
+
+
+class RequestMeta(NamedTuple):
+    id: str
+    flags: int
+    correlation_id: int | str | None
+    parameters: dict[str, str | int | bool | float]
+    requested_outputs: list[str] | None  # None: every output
+    inputs: list[TensorMeta]
+
+
+class ResponseMeta(NamedTuple):
+    status: int
+    outputs: list[TensorMeta]  # STATUS_OUTPUTS
+    error_code: int = 0  # STATUS_ERROR
+    message: str = ""  # STATUS_ERROR
+
+
+class Hello(NamedTuple):
+    instance_index: int
+    max_batch_size: int
+    api_major: int
+    api_minor: int
+    model_name: str
+    token: str
+    backend_version: str
+
+
+class Welcome(NamedTuple):
+    worker_pid: int
+    inline_threshold: int
+    spin_us: int
+    region_limit: int
+    worker_version: str
+
+
+def align(value: int) -> int:
+    """``value`` rounded up to a multiple of DATA_ALIGN."""
+    return -(-value // DATA_ALIGN) * DATA_ALIGN
+
+
+def expected_bytes(dtype: int, shape: Sequence[int]) -> int:
+    """The byte length a tensor must have (BYTES: the least, 4 per element); WireError naming the problem."""
+    count = 1
+    for dim in shape:
+        if dim < 0:
+            raise WireError(f"shape {list(shape)} has a negative dimension")
+        count *= dim
+    size = count * ELEMENT_SIZES[dtype]
+    if size >= 1 << 64:
+        raise WireError(f"shape {list(shape)} needs more than 2^64 bytes")
+    return size
+
+
+# --- header ------------------------------------------------------------------------------------------------
+
+
+def decode_header(buffer, offset: int = 0) -> Header:
+    """Read and check the 64-byte header at ``offset``."""
+    if len(buffer) - offset < HEADER_SIZE:
+        raise WireError(f"a message header needs {HEADER_SIZE} bytes, {len(buffer) - offset} are there")
+    magic, version, kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, _, data_length, _ = (
+        HEADER_LAYOUT.unpack_from(buffer, offset)
+    )
+    if magic != MAGIC:
+        raise WireError(f"not a tritonrt message (magic {magic:#010x})", breaks_stream=True)
+    if version != VERSION:
+        raise WireError(
+            f"the peer speaks tritonrt wire protocol version {version}, this process version {VERSION}: install "
+            "the tritonrt runtime and its backend library from the same release",
+            breaks_stream=True,
+        )
+    header = Header(kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, data_length)
+    if not KIND_HELLO <= kind <= KIND_ACK:
+        raise WireError(f"unknown message kind {kind}", breaks_stream=True)
+    if meta_length > MAX_META_BYTES or data_length > MAX_DATA_BYTES:
+        raise WireError(f"message of {meta_length} + {data_length} bytes is over the limits", breaks_stream=True)
+    if kind != KIND_ACK and count > MAX_COUNT:
+        raise WireError(f"{count} records (limit {MAX_COUNT})", breaks_stream=True)
+    if flags & FLAG_NEW_REGION and not (0 < region_size <= MAX_REGION_BYTES and region_id > 0):
+        raise WireError(f"new region {region_id} of {region_size} bytes", breaks_stream=True)
+    return header
+
+
+def encode_message(header: Header, meta: bytes | bytearray = b"", data_length: int = 0) -> bytes:
+    """Header (with meta_length and data_length filled in), metadata and padding; the data follows."""
+    meta_length = len(meta)
+    padding = -(HEADER_SIZE + meta_length) % DATA_ALIGN
+    h = header
+    head = HEADER_LAYOUT.pack(
+        MAGIC, VERSION, h.kind, h.flags, h.count, h.seq, h.region_size, h.region_id, h.peer_region_id, meta_length,
+        0, data_length, 0,
+    )  # fmt: skip
+    return b"".join((head, meta, _PADDING[:padding]))
+
+
+# --- records -----------------------------------------------------------------------------------------------
+
+
+def _pack_str(out: bytearray, text: str) -> None:
+    data = text.encode()
+    out += _U32.pack(len(data))
+    out += data
+
+
+def pack_tensor(out: bytearray, name: bytes, dtype: int, location: int, offset: int, byte_length: int, shape) -> None:
+    """Append a tensor record (``name`` already UTF-8)."""
+    out += TENSOR_LAYOUT.pack(len(name), dtype, location, len(shape), 0, offset, byte_length)
+    out += DIMS_LAYOUTS[len(shape)].pack(*shape)
+    out += name
+
+
+def _pack_tensor(out: bytearray, t: TensorMeta) -> None:
+    pack_tensor(out, t.name.encode(), t.dtype, t.location, t.offset, t.byte_length, t.shape)
+
+
+def encode_batch(requests: Sequence[RequestMeta]) -> bytearray:
+    """The metadata of a BATCH."""
+    out = bytearray()
+    for request in requests:
+        correlation = request.correlation_id
+        kind = 0 if correlation is None else 2 if isinstance(correlation, str) else 1
+        params = request.parameters
+        requested = request.requested_outputs or []
+        number = correlation if kind == 1 else 0
+        out += REQUEST_LAYOUT.pack(len(request.inputs), len(requested), len(params), request.flags, kind, number)
+        _pack_str(out, request.id)
+        if kind == 2:
+            _pack_str(out, correlation)
+        for key, value in params.items():
+            if isinstance(value, bool):
+                out += b"\x02"
+                _pack_str(out, key)
+                out += _U8.pack(value)
+            elif isinstance(value, int):
+                out += b"\x01"
+                _pack_str(out, key)
+                out += _I64.pack(value)
+            elif isinstance(value, float):
+                out += b"\x03"
+                _pack_str(out, key)
+                out += _F64.pack(value)
+            else:
+                out += b"\x00"
+                _pack_str(out, key)
+                _pack_str(out, str(value))
+        for name in requested:
+            _pack_str(out, name)
+        for tensor in request.inputs:
+            _pack_tensor(out, tensor)
+    return out
+
+
+def encode_reply(responses: Sequence[ResponseMeta]) -> bytearray:
+    """The metadata of a REPLY."""
+    out = bytearray()
+    for response in responses:
+        if response.status == STATUS_OUTPUTS:
+            out += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(response.outputs))
+            for tensor in response.outputs:
+                _pack_tensor(out, tensor)
+        elif response.status == STATUS_ERROR:
+            message = response.message.encode()[:MAX_TEXT_BYTES]
+            out += RESPONSE_LAYOUT.pack(STATUS_ERROR, response.error_code, 0, len(message))
+            out += message
+        else:
+            out += RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
+    return out
+
+
+def encode_hello(hello: Hello) -> bytearray:
+    out = bytearray(HELLO_LAYOUT.pack(hello.instance_index, hello.max_batch_size, hello.api_major, hello.api_minor))
+    for text in (hello.model_name, hello.token, hello.backend_version):
+        _pack_str(out, text)
+    return out
+
+
+def encode_welcome(welcome: Welcome) -> bytearray:
+    w = welcome
+    out = bytearray(WELCOME_LAYOUT.pack(w.worker_pid, w.inline_threshold, w.spin_us, 0, w.region_limit))
+    _pack_str(out, w.worker_version)
+    return out
+
+
+def encode_text(text: str) -> bytearray:
+    """The metadata of a REFUSE."""
+    out = bytearray()
+    _pack_str(out, text.encode()[:MAX_TEXT_BYTES].decode(errors="ignore"))
+    return out
+
+
+def encode_batch_error(code: int, message: str) -> bytearray:
+    out = bytearray(BATCH_ERROR_LAYOUT.pack(code))
+    _pack_str(out, message.encode()[:MAX_TEXT_BYTES].decode(errors="ignore"))
+    return out
+
+
+def encode_cancel(indices: Sequence[int]) -> bytes:
+    return struct.pack(f"<{len(indices)}I", *indices)

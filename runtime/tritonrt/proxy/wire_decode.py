@@ -1,0 +1,283 @@
+"""Decoding the wire protocol's metadata (see :mod:`tritonrt.proxy.wire`), trusting nothing.
+
+Every decoder takes the message's buffer, where its metadata starts and its :class:`Header`, checks every count,
+length, type, name and inline offset, and raises :class:`WireError` (never another exception) for bad input.
+Regional offsets are checked where the region is read.
+"""
+
+from __future__ import annotations
+
+import struct
+from functools import partial
+from math import prod
+
+from tritonrt.proxy.wire import (
+    CORRELATION_NONE,
+    CORRELATION_STRING,
+    CORRELATION_UINT,
+    DIMS_LAYOUTS,
+    DTYPE_BYTES,
+    ELEMENT_SIZES,
+    ERROR_CANCELLED,
+    HEADER_SIZE,
+    HELLO_LAYOUT,
+    KIND_ACK,
+    KIND_BATCH,
+    KIND_BATCH_ERROR,
+    KIND_CANCEL,
+    KIND_HELLO,
+    KIND_REFUSE,
+    KIND_REPLY,
+    KIND_WELCOME,
+    LOCATION_INLINE,
+    LOCATION_RECEIVER_REGION,
+    LOCATION_SENDER_REGION,
+    MAX_NAME_BYTES,
+    MAX_NDIM,
+    MAX_TEXT_BYTES,
+    REQUEST_FIXED_SIZE,
+    REQUEST_LAYOUT,
+    RESPONSE_FIXED_SIZE,
+    RESPONSE_LAYOUT,
+    STATUS_ERROR,
+    STATUS_NONE,
+    STATUS_OUTPUTS,
+    TENSOR_FIXED_SIZE,
+    TENSOR_LAYOUT,
+    WELCOME_LAYOUT,
+    Header,
+    Hello,
+    RequestMeta,
+    ResponseMeta,
+    TensorMeta,
+    Welcome,
+    WireError,
+)
+
+__all__ = ["decode_batch", "decode_body", "decode_reply"]
+
+_U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
+# NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
+_tensor_meta = partial(tuple.__new__, TensorMeta)
+_request_meta = partial(tuple.__new__, RequestMeta)
+_PARAMETER_MIN = 9  # type byte, key length, one key byte, ... a bool's value
+
+
+class _Reader:
+    """Checked reads from ``buffer[start:end]``."""
+
+    __slots__ = ("buffer", "at", "end", "header")
+
+    def __init__(self, buffer, start: int, end: int, header: Header):
+        self.buffer, self.at, self.end, self.header = buffer, start, end, header
+
+    def take(self, count: int, what: str) -> int:
+        at = self.at
+        if count < 0 or at + count > self.end:
+            raise WireError(f"{what} runs past the metadata's end")
+        self.at = at + count
+        return at
+
+    def unpack(self, layout: struct.Struct, what: str) -> tuple:
+        return layout.unpack_from(self.buffer, self.take(layout.size, what))
+
+    def text(self, length: int, limit: int, what: str) -> str:
+        if length > limit:
+            raise WireError(f"{what} has {length} bytes (limit {limit})")
+        at = self.take(length, what)
+        try:
+            return str(self.buffer[at : at + length], "utf-8")
+        except UnicodeDecodeError:
+            raise WireError(f"{what} is not UTF-8") from None
+
+    def str(self, limit: int, what: str) -> str:
+        return self.text(self.unpack(_U32, what)[0], limit, what)
+
+    def name(self, what: str, length: int | None = None) -> str:
+        if length is None:
+            length = self.unpack(_U32, what)[0]
+        name = self.text(length, MAX_NAME_BYTES, what)
+        if not name or "\0" in name:
+            raise WireError(f"{what} {name!r} is empty or holds a NUL")
+        return name
+
+    def count(self, count: int, min_size: int, what: str) -> int:
+        if count * min_size > self.end - self.at:
+            raise WireError(f"{count} {what} cannot fit in the {self.end - self.at} bytes left")
+        return count
+
+    def tensor(self, what: str) -> TensorMeta:
+        # The hot path of every batch: plain locals and C-level checks, one bounds check per record.
+        buffer, at = self.buffer, self.at
+        if at + TENSOR_FIXED_SIZE > self.end:
+            raise WireError(f"{what} runs past the metadata's end")
+        name_length, dtype, location, ndim, _, offset, byte_length = TENSOR_LAYOUT.unpack_from(buffer, at)
+        at += TENSOR_FIXED_SIZE
+        if ndim > MAX_NDIM:
+            raise WireError(f"{what}: {ndim} dimensions (limit {MAX_NDIM})")
+        name_start = at + 8 * ndim
+        name_end = name_start + name_length
+        if name_length > MAX_NAME_BYTES or name_end > self.end:
+            raise WireError(f"{what}: its name ({name_length} bytes) runs past the metadata's end or its limit")
+        shape = DIMS_LAYOUTS[ndim].unpack_from(buffer, at)
+        self.at = name_end
+        try:
+            name = str(buffer[name_start:name_end], "utf-8")
+        except UnicodeDecodeError:
+            raise WireError(f"{what}: its name is not UTF-8") from None
+        if not name or "\0" in name:
+            raise WireError(f"{what} {name!r}: a name is empty or holds a NUL")
+        size = ELEMENT_SIZES.get(dtype)
+        if size is None:
+            raise WireError(f"{what} {name!r}: unknown data type {dtype}")
+        if ndim and min(shape) < 0:
+            raise WireError(f"{what} {name!r}: shape {list(shape)} has a negative dimension")
+        expected = prod(shape) * size
+        if byte_length != expected and not (dtype == DTYPE_BYTES and byte_length > expected):
+            raise WireError(f"{what} {name!r}: shape {list(shape)} needs {expected} bytes, not {byte_length}")
+        if location == LOCATION_INLINE:
+            if offset + byte_length > self.header.data_length:
+                raise WireError(
+                    f"{what} {name!r}: its bytes lie outside the {self.header.data_length}-byte data section"
+                )
+        elif location == LOCATION_SENDER_REGION:
+            if not self.header.region_id:
+                raise WireError(f"{what} {name!r} is in the sender's region, but the message names none")
+        elif location == LOCATION_RECEIVER_REGION:
+            if not self.header.peer_region_id:
+                raise WireError(f"{what} {name!r} is in the receiver's region, but the message names none")
+        else:
+            raise WireError(f"{what} {name!r}: unknown location {location}")
+        return _tensor_meta((name, dtype, location, offset, byte_length, shape))
+
+    def request(self, index: int) -> RequestMeta:
+        what = "request"
+        at = self.at
+        if at + REQUEST_FIXED_SIZE + 4 > self.end:
+            raise WireError(f"request {index} runs past the metadata's end")
+        input_count, output_count, parameter_count, flags, correlation_kind, correlation = REQUEST_LAYOUT.unpack_from(
+            self.buffer, at
+        )
+        self.at = at + REQUEST_FIXED_SIZE
+        if self.buffer[self.at : self.at + 4] == b"\0\0\0\0":  # no request id: the common case
+            self.at += 4
+            request_id = ""
+        else:
+            request_id = self.str(MAX_TEXT_BYTES, "a request id")
+        if correlation_kind == CORRELATION_NONE:
+            correlation = None
+        elif correlation_kind == CORRELATION_STRING:
+            correlation = self.str(MAX_TEXT_BYTES, f"request {index}: its correlation id")
+        elif correlation_kind != CORRELATION_UINT:
+            raise WireError(f"request {index}: unknown correlation id kind {correlation_kind}")
+        parameters: dict = {}
+        if parameter_count:
+            what = f"request {index}"
+            for _ in range(self.count(parameter_count, _PARAMETER_MIN - 3, f"parameters of {what}")):
+                self.parameter(parameters, what)
+        requested = None
+        if output_count:
+            count = self.count(output_count, 5, f"request {index}")
+            requested = [self.name(f"request {index}: a requested output") for _ in range(count)]
+        if input_count * TENSOR_FIXED_SIZE > self.end - self.at:
+            raise WireError(f"request {index}: {input_count} inputs cannot fit in what is left")
+        inputs = [self.tensor(what) for _ in range(input_count)]
+        return _request_meta((request_id, flags, correlation, parameters, requested, inputs))
+
+    def parameter(self, parameters: dict, what: str) -> None:
+        kind = self.unpack(_U8, what)[0]
+        key = self.name(f"{what}: a parameter's key")
+        if kind == 0:
+            parameters[key] = self.str(MAX_TEXT_BYTES, f"{what}: parameter {key!r}")
+        elif kind == 1:
+            parameters[key] = self.unpack(_I64, what)[0]
+        elif kind == 2:
+            flag = self.unpack(_U8, what)[0]
+            if flag > 1:
+                raise WireError(f"{what}: parameter {key!r} is a bool of value {flag}")
+            parameters[key] = bool(flag)
+        elif kind == 3:
+            parameters[key] = self.unpack(_F64, what)[0]
+        else:
+            raise WireError(f"{what}: parameter {key!r} has unknown type {kind}")
+
+    def response(self, index: int) -> ResponseMeta:
+        what = f"response {index}"
+        status, code, _, n = self.unpack(RESPONSE_LAYOUT, what)
+        if status == STATUS_OUTPUTS:
+            outputs = [self.tensor(f"{what}: output") for _ in range(self.count(n, TENSOR_FIXED_SIZE, what))]
+            return ResponseMeta(STATUS_OUTPUTS, outputs)
+        if status == STATUS_ERROR:
+            if code > ERROR_CANCELLED:
+                raise WireError(f"{what}: unknown error code {code}")
+            return ResponseMeta(STATUS_ERROR, [], code, self.text(n, MAX_TEXT_BYTES, f"{what}: its message"))
+        if status == STATUS_NONE and n == 0:
+            return ResponseMeta(STATUS_NONE, [])
+        raise WireError(f"{what}: unknown status {status} (n = {n})")
+
+    def finish(self):
+        if self.at != self.end:
+            raise WireError(f"{self.end - self.at} bytes of metadata left over after the records")
+
+
+def _reader(header: Header, buffer, start: int) -> _Reader:
+    meta_start = start + HEADER_SIZE
+    end = meta_start + header.meta_length
+    if end > len(buffer):
+        raise WireError("the metadata runs past the message's end")
+    return _Reader(buffer, meta_start, end, header)
+
+
+def decode_batch(header: Header, buffer, start: int = 0) -> list[RequestMeta]:
+    """The requests of a BATCH whose header is ``header``, in ``buffer`` from ``start``."""
+    reader = _reader(header, buffer, start)
+    try:
+        requests = [reader.request(index) for index in range(reader.count(header.count, 32, "requests"))]
+    except struct.error as error:  # defensive: every read is bounds-checked first
+        raise WireError(str(error)) from None
+    reader.finish()
+    return requests
+
+
+def decode_reply(header: Header, buffer, start: int = 0) -> list[ResponseMeta]:
+    """The responses of a REPLY."""
+    reader = _reader(header, buffer, start)
+    count = reader.count(header.count, RESPONSE_FIXED_SIZE, "responses")
+    responses = [reader.response(index) for index in range(count)]
+    reader.finish()
+    return responses
+
+
+def decode_body(header: Header, buffer, start: int = 0):
+    """Any message's metadata: Hello, Welcome, str (REFUSE), list (BATCH, REPLY), (code, message) (BATCH_ERROR),
+    list[int] (CANCEL), int (ACK: replies processed)."""
+    kind = header.kind
+    if kind == KIND_BATCH:
+        return decode_batch(header, buffer, start)
+    if kind == KIND_REPLY:
+        return decode_reply(header, buffer, start)
+    reader = _reader(header, buffer, start)
+    if kind == KIND_HELLO:
+        numbers = reader.unpack(HELLO_LAYOUT, "HELLO")
+        name = reader.name("HELLO: the model name")
+        body = Hello(*numbers, name, reader.str(MAX_TEXT_BYTES, "HELLO: token"), reader.str(MAX_TEXT_BYTES, "HELLO"))
+    elif kind == KIND_WELCOME:
+        pid, threshold, spin_us, _, limit = reader.unpack(WELCOME_LAYOUT, "WELCOME")
+        body = Welcome(pid, threshold, spin_us, limit, reader.str(MAX_TEXT_BYTES, "WELCOME: the worker version"))
+    elif kind == KIND_REFUSE:
+        body = reader.str(MAX_TEXT_BYTES, "REFUSE: the message")
+    elif kind == KIND_BATCH_ERROR:
+        code = reader.unpack(_U8, "BATCH_ERROR")[0]
+        reader.take(3, "BATCH_ERROR")
+        if code > ERROR_CANCELLED:
+            raise WireError(f"BATCH_ERROR: unknown error code {code}")
+        body = (code, reader.str(MAX_TEXT_BYTES, "BATCH_ERROR: the message"))
+    elif kind == KIND_CANCEL:
+        count = reader.count(header.count, 4, "cancelled requests")
+        body = list(struct.unpack_from(f"<{count}I", buffer, reader.take(4 * count, "CANCEL")))
+    elif kind == KIND_ACK:
+        body = header.count
+    else:
+        raise WireError(f"unknown message kind {kind}")
+    reader.finish()
+    return body
