@@ -143,11 +143,10 @@ class _ModelHost:
             if self._running:
                 self._deploy(model)
 
-    def get_access_token(self) -> str:
-        """The token that opens the restricted endpoints (``triton-access-token`` header)."""
-        token = self._security.access_token
-        assert token is not None  # TritonSecurityConfig makes one when none is given
-        return token
+    def get_access_token(self) -> str | None:
+        """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
+        restricted (``TritonSecurityConfig(restricted_endpoints=[])``) and no token was given."""
+        return self._security.access_token
 
     # -- lifecycle helpers -----------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
+from tritonrt.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
 
 __all__ = [
     "DEFAULT_GRPC_PORT",
@@ -57,8 +58,6 @@ _T = TypeVar("_T")
 
 # -- the server's address --------------------------------------------------------------------------------------
 
-DEFAULT_HTTP_PORT = 8000
-DEFAULT_GRPC_PORT = 8001
 _DEFAULT_PORTS = {"http": DEFAULT_HTTP_PORT, "grpc": DEFAULT_GRPC_PORT}
 _EXAMPLES = "e.g. 'localhost', 'http://localhost:8000' or 'grpc://localhost:8001'"
 
