@@ -6,7 +6,8 @@ access token, and otherwise waits until the timeout.
 
 Example::
 
-    wait_for_model_ready(transport, "add", None, timeout_s=30.0)   # returns, or raises
+    wait_for_server_ready(transport, timeout_s=30.0)               # returns, or raises
+    wait_for_model_ready(transport, "add", None, timeout_s=30.0)
     await async_wait_for_model_ready(async_transport, "add", None, timeout_s=30.0)
 """
 
@@ -16,16 +17,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from tritonrt.client._transport import AsyncTransport, ServerUnreachableError, Transport, TritonUrl
+from tritonrt.client._transport import AsyncTransport, ServerUnreachableError, TritonUrl
 from tritonrt.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
 )
 
-__all__ = ["async_wait_for_model_ready", "wait_for_model_ready"]
+__all__ = ["Probe", "async_wait_for_model_ready", "wait_for_model_ready", "wait_for_server_ready"]
 
 _FIRST_INTERVAL_S = 0.05
 _MAX_INTERVAL_S = 0.5
@@ -33,10 +34,25 @@ _MAX_PROBE_TIMEOUT_S = 10.0
 _NOT_YET = (ServerUnreachableError, PyTritonClientTimeoutError)
 
 
+class Probe(Protocol):
+    """The calls the blocking waits make: a :class:`Transport` has them (``tritonrt.client.utils`` gives them to
+    tritonclient's clients too)."""
+
+    url: TritonUrl
+
+    def is_server_live(self, timeout: float) -> bool: ...
+
+    def is_server_ready(self, timeout: float) -> bool: ...
+
+    def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool: ...
+
+    def repository_index(self, timeout: float) -> list[dict[str, Any]]: ...
+
+
 class _Wait:
     """Deadline, poll interval and what was last seen; builds the messages of both wait loops."""
 
-    def __init__(self, url: TritonUrl, model_name: str, model_version: str | None, timeout_s: float):
+    def __init__(self, url: TritonUrl, model_name: str | None, model_version: str | None, timeout_s: float):
         self.url = url
         self.model_name = model_name
         self.model_version = model_version
@@ -62,6 +78,12 @@ class _Wait:
         return sleep
 
     def timeout_error(self) -> PyTritonClientTimeoutError:
+        if self.model_name is None and self.server_live:
+            return PyTritonClientTimeoutError(
+                f"The Triton server at {self.url.with_scheme} is live but was not ready within {self.timeout_s:g} "
+                "s. With strict readiness a server is ready once the models it loads are: allow more time, or "
+                "check its log for a model that failed to load."
+            )
         if not self.server_live:
             return PyTritonClientTimeoutError(
                 f"The Triton server at {self.url.with_scheme} was not live within {self.timeout_s:g} s. "
@@ -121,7 +143,22 @@ class _Wait:
             )
 
 
-def wait_for_model_ready(transport: Transport, model_name: str, model_version: str | None, timeout_s: float) -> None:
+def wait_for_server_ready(transport: Probe, timeout_s: float) -> None:
+    """Block until the server is live and ready.
+
+    Raises:
+        PyTritonClientTimeoutError: not ready within ``timeout_s``.
+    """
+    wait = _Wait(transport.url, None, None, timeout_s)
+    while True:
+        with wait.probing():
+            wait.server_live = transport.is_server_live(wait.probe_timeout())
+            if wait.server_live and transport.is_server_ready(wait.probe_timeout()):
+                return
+        time.sleep(wait.next_sleep())
+
+
+def wait_for_model_ready(transport: Probe, model_name: str, model_version: str | None, timeout_s: float) -> None:
     """Block until the server is live and the model ready.
 
     Raises:

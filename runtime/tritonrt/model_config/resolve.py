@@ -30,7 +30,7 @@ from tritonrt.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup
 from tritonrt.model_config.dtypes import normalize_dtype
 from tritonrt.model_config.model_config import ModelConfig
 from tritonrt.model_config.tensor import Tensor
-from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
 __all__ = ["INSTANCE_KIND", "build_model_config", "validate_model_name"]
 
@@ -132,7 +132,7 @@ def build_model_config(
         instance_group={INSTANCE_KIND: int(instance_count)},
         inputs=_resolve_tensors(inputs, "input", where),
         outputs=_resolve_tensors(outputs, "output", where),
-        response_cache=config.response_cache,
+        response_cache=ResponseCache(enable=True) if config.response_cache else None,
         decoupled=config.decoupled,
     )
 

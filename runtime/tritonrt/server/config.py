@@ -21,6 +21,7 @@ __all__ = [
     "VALID_TRITON_ENDPOINTS",
     "TritonConfig",
     "TritonSecurityConfig",
+    "merge_with_environment",
 ]
 
 LOGGER = logging.getLogger("tritonrt")
@@ -166,6 +167,14 @@ class TritonConfig:
     def to_dict(self) -> dict:
         """The fields as a dict (``None`` for unset ones)."""
         return dataclasses.asdict(self)
+
+
+def merge_with_environment(config: TritonConfig | None) -> TritonConfig:
+    """Explicit values over ``PYTRITON_TRITON_CONFIG_*`` variables over defaults (PyTriton's precedence)."""
+    merged = {k: v for k, v in TritonConfig.from_env().to_dict().items() if v is not None}
+    if config is not None:
+        merged.update({k: v for k, v in config.to_dict().items() if v is not None})
+    return TritonConfig(**merged)
 
 
 def _is_list(hint: Any) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["DefaultTritonLifecyclePolicy", "TritonLifecyclePolicy", "VertextAILifecyclePolicy"]
+__all__ = ["DefaultTritonLifecyclePolicy", "TritonLifecyclePolicy", "VertextAILifecyclePolicy", "choose_policy"]
 
 
 @dataclasses.dataclass
@@ -35,3 +35,10 @@ DefaultTritonLifecyclePolicy = TritonLifecyclePolicy()
 """The policy a Triton uses unless told otherwise: start on entering ``with``."""
 VertextAILifecyclePolicy = TritonLifecyclePolicy(launch_triton_on_startup=False, local_model_store=True)
 """The policy a Triton uses with ``TritonConfig(allow_vertex_ai=True)`` (PyTriton's spelling kept)."""
+
+
+def choose_policy(policy: TritonLifecyclePolicy | None, vertex_ai: bool) -> TritonLifecyclePolicy:
+    """The policy given, else Vertex AI's when the config allows Vertex AI, else the default (PyTriton 0.7)."""
+    if policy is not None:
+        return policy
+    return VertextAILifecyclePolicy if vertex_ai else DefaultTritonLifecyclePolicy
