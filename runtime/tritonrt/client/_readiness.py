@@ -61,6 +61,7 @@ class _Wait:
         self.interval = _FIRST_INTERVAL_S
         self.server_live = False
         self.index_readable = True
+        self.not_listed: str | None = None  # the models the index lists, when it does not list this one
 
     @property
     def label(self) -> str:
@@ -89,6 +90,13 @@ class _Wait:
                 f"The Triton server at {self.url.with_scheme} was not live within {self.timeout_s:g} s. "
                 "Check that it runs and that the URL names its port, or allow more time (init_timeout_s, "
                 "timeout_s)."
+            )
+        if self.index_readable and self.not_listed is not None:
+            return PyTritonClientTimeoutError(
+                f"Model {self.label} on the server at {self.url.with_scheme} was not ready within "
+                f"{self.timeout_s:g} s, and the server's model repository index does not list it (models there: "
+                f"{self.not_listed}). Check the model name and version; a model still being bound needs more "
+                "time (init_timeout_s, timeout_s): the index never lists models uploaded by a RemoteTriton."
             )
         hint = (
             ""
@@ -123,16 +131,19 @@ class _Wait:
             self.index_readable = False
 
     def check_index(self, entries: list[dict[str, Any]]) -> None:
-        """Raise PyTritonClientModelUnavailableError when the index shows the model missing or failed."""
+        """Raise PyTritonClientModelUnavailableError when the index shows the model failed (or was unloaded).
+
+        A model the index does not list may still come (a model bound later, or uploaded: the index never
+        lists those), so the wait goes on, as in PyTriton; the timeout's message then says what is listed.
+        """
         mine = [entry for entry in entries if entry.get("name") == self.model_name]
         if self.model_version:
             mine = [entry for entry in mine if str(entry.get("version", "")) in ("", self.model_version)]
         if not mine:
-            known = ", ".join(sorted({str(entry.get("name")) for entry in entries})) or "none"
-            raise PyTritonClientModelUnavailableError(
-                f"Model {self.label} is not in the model repository of the server at {self.url.with_scheme} "
-                f"(models there: {known}). Check the model name and version."
-            )
+            listed = sorted({f"{entry.get('name')} {entry.get('version', '')}".strip() for entry in entries})
+            self.not_listed = ", ".join(listed) or "none"
+            return
+        self.not_listed = None
         versioned = [entry for entry in mine if str(entry.get("version", "")).isdigit()]
         entry = max(versioned, key=lambda item: int(item["version"])) if versioned else mine[0]
         if entry.get("state") == "UNAVAILABLE":

@@ -1,9 +1,10 @@
 """A model's own trace settings: ``bind(trace_config=[...])`` in TritonConfig's ``trace_config`` syntax, turned
 into the settings of Triton's per-model trace API (``POST /v2/models/<name>/trace/setting``).
 
-Entries that Triton applies to a single model: ``level=<LEVEL>`` (repeatable), ``rate=<n>``, ``count=<n>``,
-``log-frequency=<n>`` and ``triton,file=<path>``. The trace mode and OpenTelemetry's settings (``mode=...``,
-``opentelemetry,...``) apply to the whole server: set them in ``TritonConfig(trace_config=[...])``.
+Entries that Triton applies to a single model: ``level=<LEVEL>`` (repeatable), ``rate=<n>``, ``count=<n>`` and
+``log-frequency=<n>``. The trace mode, the trace file (Triton refuses to change it over the network) and
+OpenTelemetry's settings (``mode=...``, ``triton,file=...``, ``opentelemetry,...``) apply to the whole server:
+set them in ``TritonConfig(trace_config=[...])``; Triton's own tracing needs its file there.
 
 Example::
 
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tritonrt.exceptions import PyTritonBadParameterError
+from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 from tritonrt.server.api import ServerApi
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ _PER_MODEL = {
     "count": "trace_count",
     "log-frequency": "log_frequency",
     "log_frequency": "log_frequency",
-    "file": "trace_file",
 }
 
 
@@ -82,7 +82,17 @@ def model_trace_settings(trace_config: Sequence[str], model_name: str = "") -> d
 
 
 def apply_trace_config(api: ServerApi, model: BoundModel) -> None:
-    """Give the loaded ``model`` its own trace settings in the server, if its bind set any."""
+    """Give the loaded ``model`` its own trace settings in the server, if its bind set any. The model serves
+    either way: a refusal is logged with the server's reason."""
     settings = model_trace_settings(model.trace_config, model.name) if model.trace_config else {}
-    if settings:
+    if not settings:
+        return
+    try:
         api.update_trace_settings(model.name, settings)
+    except PyTritonRuntimeError as error:
+        LOGGER.warning(
+            "Model %r serves without its trace settings: %s. Triton's tracing needs a trace file for the whole "
+            "server: TritonConfig(trace_config=['triton,file=/path/to/trace.json']).",
+            model.name,
+            error,
+        )
