@@ -440,7 +440,9 @@ class RemoteTriton(_ModelHost):
         model_repository: str | pathlib.Path | None = None,
     ):
         security = TritonSecurityConfig(access_token=access_token, restricted_endpoints=[])  # only holds the token
-        super().__init__(workspace, security, TritonLifecyclePolicy(launch_triton_on_startup=True))
+        # Nothing of a RemoteTriton's lives in its workspace but the socket folder: without one, the temp folder.
+        base = workspace if workspace is not None else tempfile.gettempdir()
+        super().__init__(base, security, TritonLifecyclePolicy(launch_triton_on_startup=True))
         self._socket_parent = None if workspace is None else self._workspace
         self._api = ServerApi.from_url(url, token=access_token)
         self._remote = RemoteModels(self._api, access_token, model_repository)
@@ -489,8 +491,6 @@ class RemoteTriton(_ModelHost):
         for model in self._models.values():
             self._remote.unload(model)
         self._close_models()
-        if self._own_workspace:
-            shutil.rmtree(self._workspace, ignore_errors=True)
         with self._cv:
             self._cv.notify_all()
         return True
