@@ -18,4 +18,7 @@ A PyTriton 0.7 compatible API::
         triton.serve()
 """
 
-__version__ = "0.1.0"
+__version__ = "0.7.0.1"
+"""``<PyTriton API level>.<tritonrt revision>``: the first three numbers name the PyTriton release whose API
+tritonrt follows (0.7.0), the fourth counts tritonrt's releases at that level. Version checks written for
+PyTriton (``Version(__version__) >= Version("0.5")``) therefore test the API level, as they did there."""

@@ -19,10 +19,12 @@ import inspect
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
+from tritonrt.constants import TRITON_CONTEXT_FIELD_NAME
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 __all__ = [
+    "TRITON_CONTEXT_ATTRIBUTE",
     "TRITON_CONTEXT_FIELD_NAME",
     "ModelConfigDict",
     "TritonContext",
@@ -31,10 +33,8 @@ __all__ = [
     "get_triton_context",
 ]
 
-TRITON_CONTEXT_FIELD_NAME = "triton_context"
-"""The keyword argument under which ``@triton_context`` passes the TritonContext."""
-
-_CONTEXT_ATTRIBUTE = "__triton_context__"
+TRITON_CONTEXT_ATTRIBUTE = "__triton_context__"
+"""The attribute of a bound callable (or its object) that holds its TritonContext."""
 
 
 class ModelConfigDict(MutableMapping):
@@ -124,7 +124,7 @@ def bind_triton_context(infer_callable: Callable, context: TritonContext) -> Non
             layer = getattr(layer, "__wrapped__", None)
     for target in targets:
         try:
-            setattr(target, _CONTEXT_ATTRIBUTE, context)
+            setattr(target, TRITON_CONTEXT_ATTRIBUTE, context)
         except (AttributeError, TypeError) as error:
             raise PyTritonBadParameterError(
                 f"Cannot attach the Triton context to inference callable {infer_callable!r} ({error}). "
@@ -145,7 +145,7 @@ def get_triton_context(wrapped: Callable, instance: Any) -> TritonContext:
             return wrapped(*args, **kwargs)
     """
     owner = instance if instance is not None else wrapped
-    context = getattr(owner, _CONTEXT_ATTRIBUTE, None)
+    context = getattr(owner, TRITON_CONTEXT_ATTRIBUTE, None)
     if context is None:
         raise PyTritonValidationError(
             f"Inference callable {wrapped!r} has no Triton context: a decorator that needs the model "

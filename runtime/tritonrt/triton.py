@@ -31,12 +31,20 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tritonrt._access import GRPC_ACCESS_HEADER, TRITON_ACCESS_HEADER
+from tritonrt.constants import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_TRITON_STARTUP_TIMEOUT_S,
+    TRITON_LOCAL_IP,
+)
 from tritonrt.context import TritonContext, bind_triton_context
-from tritonrt.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
+from tritonrt.exceptions import PyTritonInvalidOperationError
 from tritonrt.model_config import ModelConfig, Tensor
-from tritonrt.model_config.resolve import build_model_config, validate_model_name
-from tritonrt.models import repository
+from tritonrt.models import repository, trace
 from tritonrt.models.bound import BoundModel
+from tritonrt.models.remote import RemoteModels
+from tritonrt.models.warmup import warm_up
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
@@ -45,49 +53,57 @@ from tritonrt.server.config import (
     VALID_TRITON_ENDPOINTS,
     TritonConfig,
     TritonSecurityConfig,
+    merge_with_environment,
 )
 from tritonrt.server.guard import remove_shm
 from tritonrt.server.install import find_or_install_server
+from tritonrt.server.lifecycle import (
+    DefaultTritonLifecyclePolicy,
+    TritonLifecyclePolicy,
+    VertextAILifecyclePolicy,
+    choose_policy,
+)
 from tritonrt.server.process import TritonServerProcess, check_port_free
 
 __all__ = [
     "DEFAULT_PROTECTED_ENDPOINTS",
     "GRPC_ACCESS_HEADER",
     "TRITON_ACCESS_HEADER",
+    "MONITORING_PERIOD_S",
     "VALID_TRITON_ENDPOINTS",
+    "DefaultTritonLifecyclePolicy",
     "RemoteTriton",
     "Triton",
     "TritonConfig",
+    "TritonLifecyclePolicy",
     "TritonSecurityConfig",
+    "VertextAILifecyclePolicy",
 ]
 
 LOGGER = logging.getLogger("tritonrt")
 _Host = TypeVar("_Host", bound="_ModelHost")
 
-MONITORING_PERIOD_SEC = 5.0
-DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
+MONITORING_PERIOD_S = 10.0  # PyTriton 0.7's period of serve()'s liveness checks
 DEFAULT_EXIT_TIMEOUT_S = 30
 # Python backend shared memory per stub: start size and growth step (Triton's defaults are 1 MiB each).
 PYTHON_BACKEND_SHM = {"shm-default-byte-size": str(4 << 20), "shm-growth-byte-size": str(4 << 20)}
 
 
 def _startup_timeout_s() -> float:
-    return float(os.environ.get("TRITONRT_STARTUP_TIMEOUT_S", "120"))
-
-
-def _merged_config(config: TritonConfig | None) -> TritonConfig:
-    """Explicit values over ``PYTRITON_TRITON_CONFIG_*`` variables over defaults (PyTriton's precedence)."""
-    merged = {k: v for k, v in TritonConfig.from_env().to_dict().items() if v is not None}
-    if config is not None:
-        merged.update({k: v for k, v in config.to_dict().items() if v is not None})
-    return TritonConfig(**merged)
+    return float(os.environ.get("TRITONRT_STARTUP_TIMEOUT_S", DEFAULT_TRITON_STARTUP_TIMEOUT_S))
 
 
 class _ModelHost:
     """What Triton and RemoteTriton share: bound models, their workers, loading them into a server."""
 
-    def __init__(self, workspace: str | pathlib.Path | None, security_config: TritonSecurityConfig | None):
+    def __init__(
+        self,
+        workspace: str | pathlib.Path | None,
+        security_config: TritonSecurityConfig | None,
+        lifecycle_policy: TritonLifecyclePolicy,
+    ):
         self._security = security_config or TritonSecurityConfig()
+        self._policy = lifecycle_policy
         self._own_workspace = workspace is None
         self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
         self._workspace.mkdir(parents=True, exist_ok=True)
@@ -97,6 +113,7 @@ class _ModelHost:
         self._running = False
         self._stopping = False
         self._socket_dir: pathlib.Path | None = None
+        self._socket_parent: pathlib.Path | None = None  # where the socket folder is made (None: the temp folder)
         self._shm_prefix = ""
         self._api: ServerApi | None = None
         self.failure: str | None = None
@@ -113,46 +130,45 @@ class _ModelHost:
         model_version: int = 1,
         config: ModelConfig | None = None,
         strict: bool = False,
+        trace_config: list[str] | None = None,
     ) -> None:
         """Bind an inference callable (or one per instance, as a list) to a model named ``model_name``.
 
         The callable receives a list of requests (dicts of numpy arrays) and returns a list of dicts.
-        When the server is running the model is loaded at once.
+        When the server is running the model is loaded at once. ``trace_config`` gives the model its own
+        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``).
         """
-        validate_model_name(model_name)
-        candidates: list[object] = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
-        callables = [candidate for candidate in candidates if callable(candidate)]
-        if not callables or len(callables) != len(candidates):
-            raise PyTritonValidationError(
-                f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
-                "(one per model instance)."
-            )
-        model_config = build_model_config(
-            model_name, model_version, inputs, outputs, config or ModelConfig(), instance_count=len(callables)
+        model = BoundModel.from_bind(
+            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
         )
         with self._lock:
             if model_name in self._models:
                 raise PyTritonInvalidOperationError(
                     f"A model named {model_name!r} is already bound; choose another name."
                 )
-            for infer_callable in callables:
+            for infer_callable in model.callables:
                 bind_triton_context(infer_callable, self.triton_context)
-                self.triton_context.model_configs[infer_callable] = model_config
-            model = BoundModel(model_config, callables, strict, key=f"m{uuid.uuid4().hex[:8]}")
+                self.triton_context.model_configs[infer_callable] = model.config
             self._models[model_name] = model
             if self._running:
                 self._deploy(model)
 
-    def get_access_token(self) -> str:
-        """The token that opens the restricted endpoints (``triton-access-token`` header)."""
-        token = self._security.access_token
-        assert token is not None  # TritonSecurityConfig makes one when none is given
-        return token
+    def get_access_token(self) -> str | None:
+        """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
+        restricted (``TritonSecurityConfig(restricted_endpoints=[])``) and no token was given."""
+        return self._security.access_token
+
+    def connect(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def is_connected(self) -> bool:
+        """True while the bound models are served (after run(), serve() or connect(), until stop())."""
+        return self._running
 
     # -- lifecycle helpers -----------------------------------------------------------------------------------
 
     def _open_transport(self) -> None:
-        self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-"))
+        self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-", dir=self._socket_parent))
         self._socket_dir.chmod(0o700)
         self._shm_prefix = f"tritonrt_{uuid.uuid4().hex[:12]}_"
         self._import_paths = environment.import_paths()  # once per start: the shim of every model uses them
@@ -175,12 +191,21 @@ class _ModelHost:
 
     def _prepare(self, model: BoundModel) -> None:
         model.attach(self._open_socket_dir(), os.getpid(), self._shm_prefix)
-        repository.write_model(self._model_repository(), model.config, *self._import_paths)
+        warm_up(model)  # before the model loads, as in PyTriton 0.7
+        self._publish(model)
         model.start(self._on_unrecoverable)
+
+    def _publish(self, model: BoundModel) -> None:
+        """Make the model's files available to the server (here: its repository folder)."""
+        repository.write_model(self._model_repository(), model.config, *self._import_paths)
+
+    def _load(self, model: BoundModel) -> None:
+        self._server_api().load_model(model.name)
 
     def _deploy(self, model: BoundModel) -> None:
         self._prepare(model)
-        self._server_api().load_model(model.name)
+        self._load(model)
+        trace.apply_trace_config(self._server_api(), model)
 
     def _on_unrecoverable(self, message: str) -> None:
         LOGGER.error("%s: stopping the server", message)
@@ -200,16 +225,19 @@ class _ModelHost:
     def _models_alive(self) -> bool:
         return self.failure is None and all(model.is_alive() for model in self._models.values())
 
-    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
-        """Run, then block until stopped: ``stop()`` (e.g. from a signal handler) or a failure.
-
-        Every ``monitoring_period_sec`` it also checks that the server and the models' workers live.
-        """
+    def serve(self, monitoring_period_s: float | None = None, *, monitoring_period_sec: float | None = None) -> None:
+        """Run, then block until Ctrl+C (SIGINT), ``stop()`` (e.g. from a signal handler) or a failure; then stop
+        and return. Every ``monitoring_period_s`` (default 10 s; ``monitoring_period_sec``: the reference's name)
+        it checks that the server and the models' workers live."""
+        period = next((p for p in (monitoring_period_s, monitoring_period_sec) if p is not None), MONITORING_PERIOD_S)
         self.run()
+        LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
         try:
             with self._cv:
                 while self.is_alive():
-                    self._cv.wait(timeout=monitoring_period_sec)
+                    self._cv.wait(timeout=period)
+        except KeyboardInterrupt:
+            LOGGER.info("SIGINT received, exiting.")
         finally:
             self.stop()
 
@@ -220,27 +248,40 @@ class _ModelHost:
         raise NotImplementedError
 
     def __enter__(self: _Host) -> _Host:
+        """Start serving (``run()``) unless the lifecycle policy says to wait for run()/serve()."""
+        if self._policy.launch_triton_on_startup:
+            try:
+                self.run()
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def stop(self) -> None:  # pragma: no cover - overridden
+    def stop(self) -> bool:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
 class Triton(_ModelHost):
-    """A Triton Inference Server started and owned by this process."""
+    """A Triton Inference Server started and owned by this process.
+
+    Entering ``with Triton()`` starts the server (PyTriton 0.7) and models bound then load at once, unless the
+    ``triton_lifecycle_policy`` says to wait for run()/serve() (see TritonLifecyclePolicy).
+    """
 
     def __init__(
         self,
         *,
         config: TritonConfig | None = None,
         workspace: str | pathlib.Path | None = None,
+        triton_lifecycle_policy: TritonLifecyclePolicy | None = None,
         security_config: TritonSecurityConfig | None = None,
     ):
-        super().__init__(workspace, security_config)
-        self._config = _merged_config(config)
+        vertex_ai = config is not None and bool(config.allow_vertex_ai)
+        super().__init__(workspace, security_config, choose_policy(triton_lifecycle_policy, vertex_ai))
+        self._config = merge_with_environment(config)
         self._server: TritonServerProcess | None = None
 
     @property
@@ -265,12 +306,23 @@ class Triton(_ModelHost):
                     self._prepare(model)
                 # Models bound before run() load during start-up, so the server is ready only once they are.
                 self._start_server(server_dir, env, [f"--load-model={name}" for name in self._models])
+                for model in self._models.values():
+                    trace.apply_trace_config(self._server_api(), model)
             except BaseException:
                 self._stopping = True
                 self._shutdown()
                 raise
             self._running = True
             atexit.register(self.stop)
+
+    def connect(self) -> None:
+        """Nothing to do once the server runs (run() and entering ``with`` connect); raises
+        PyTritonInvalidOperationError when it does not."""
+        if not self._running:
+            raise PyTritonInvalidOperationError(
+                "This Triton's server is not running, so there is nothing to connect to: start it with run() or "
+                "serve() (entering `with Triton()` does, unless the lifecycle policy says otherwise)."
+            )
 
     def _model_repository(self) -> pathlib.Path:
         if self._config.model_repository is None:
@@ -335,21 +387,26 @@ class Triton(_ModelHost):
         """True while the server and every bound model's workers are running."""
         return self._running and self._server is not None and self._server.is_alive() and self._models_alive()
 
-    def stop(self) -> None:
-        """Stop the server: in-flight requests finish (up to ``exit_timeout_secs``), then clean up."""
+    def stop(self) -> bool:
+        """Stop the server: in-flight requests finish (up to ``exit_timeout_secs``), then clean up.
+
+        Returns True when this call stopped a server, False when there was none to stop (as PyTriton 0.7).
+        """
         with self._cv:
             if self._stopping and not self._running:
-                return
+                return False
             self._stopping = True
             was_running = self._running
             self._running = False
         atexit.unregister(self.stop)
-        if was_running or self._server is not None:
+        stopped = was_running or self._server is not None
+        if stopped:
             self._shutdown()
         if self._own_workspace:
             shutil.rmtree(self._workspace, ignore_errors=True)
         with self._cv:
             self._cv.notify_all()
+        return stopped
 
     def _shutdown(self) -> None:
         if self._server is not None:
@@ -361,15 +418,15 @@ class Triton(_ModelHost):
 
 
 class RemoteTriton(_ModelHost):
-    """Bind models to a Triton server started elsewhere on this host.
+    """Bind models to a Triton server started elsewhere on this host (e.g. by another process's ``Triton()``).
 
-    The server must run with ``--model-control-mode=explicit`` and read its models from ``model_repository``
-    (a folder both processes see); tritonrt writes the bound models there and loads them through the
-    server's repository API. ``access_token`` opens the server's restricted model-repository endpoint.
+    Models are uploaded through the server's repository API (PyTriton 0.7's way; ``access_token`` opens it);
+    the server's stubs reach this process through Unix sockets in ``workspace`` (default: a temporary folder).
+    See ``tritonrt.models.remote`` for ``model_repository``, a shared folder to write the models into instead.
 
     Example::
 
-        with RemoteTriton("http://localhost:8000", model_repository="/shared/models") as triton:
+        with RemoteTriton("http://localhost:8000", access_token=token) as triton:
             triton.bind("double", double, inputs=..., outputs=...)
             triton.serve()
     """
@@ -377,54 +434,67 @@ class RemoteTriton(_ModelHost):
     def __init__(
         self,
         url: str,
-        *,
-        model_repository: str | pathlib.Path,
+        workspace: str | pathlib.Path | None = None,
         access_token: str | None = None,
+        *,
+        model_repository: str | pathlib.Path | None = None,
     ):
-        super().__init__(pathlib.Path(model_repository).parent, TritonSecurityConfig(access_token=access_token))
-        self._own_workspace = False
-        self._repository = pathlib.Path(model_repository)
-        self._api = ServerApi.from_url(url, token=self._security.access_token)
+        security = TritonSecurityConfig(access_token=access_token, restricted_endpoints=[])  # only holds the token
+        # Nothing of a RemoteTriton's lives in its workspace but the socket folder: without one, the temp folder.
+        base = workspace if workspace is not None else tempfile.gettempdir()
+        super().__init__(base, security, TritonLifecyclePolicy(launch_triton_on_startup=True))
+        self._socket_parent = None if workspace is None else self._workspace
+        self._api = ServerApi.from_url(url, token=access_token)
+        self._remote = RemoteModels(self._api, access_token, model_repository)
 
-    def _model_repository(self) -> pathlib.Path:
-        self._repository.mkdir(parents=True, exist_ok=True)
-        return self._repository
+    def _publish(self, model: BoundModel) -> None:
+        self._remote.publish(model, *self._import_paths)
 
-    def run(self) -> None:
-        """Load the bound models into the remote server."""
+    def _load(self, model: BoundModel) -> None:
+        self._remote.load(model, *self._import_paths)
+
+    def connect(self) -> None:
+        """Wait for the remote server to be ready (up to 120 s; else TimeoutError), then load the bound models."""
         with self._lock:
             if self._running:
                 return
+            self._remote.wait_until_ready(DEFAULT_TRITON_STARTUP_TIMEOUT_S)
             self._open_transport()
             self.failure = None
             self._stopping = False
-            for model in self._models.values():
-                self._deploy(model)
-            self._running = True
+            self._running = True  # from here on, stop() unloads what loaded and closes the transport
+            try:
+                for model in self._models.values():
+                    self._deploy(model)
+            except BaseException:
+                self.stop()
+                raise
             atexit.register(self.stop)
+
+    run = connect
 
     def is_alive(self) -> bool:
         """True while the remote server is live and the bound models' workers run."""
         return self._running and self._models_alive() and self._server_api().is_live()
 
-    def stop(self) -> None:
-        """Unload the models from the remote server and stop their workers."""
+    def stop(self) -> bool:
+        """Unload the models from the remote server and stop their workers; the server keeps running.
+
+        Returns True when this call stopped serving, False when it was not serving (as PyTriton 0.7).
+        """
         with self._cv:
             if not self._running:
-                return
+                return False
             self._running = False
             self._stopping = True
         atexit.unregister(self.stop)
         for model in self._models.values():
-            try:
-                self._server_api().unload_model(model.name)
-            except Exception as error:  # the remote may be gone already
-                LOGGER.warning("Could not unload %s: %s", model.name, error)
-            repository.remove_model(self._repository, model.name)
+            self._remote.unload(model)
         self._close_models()
         with self._cv:
             self._cv.notify_all()
+        return True
 
 
 def _client_host(address: str | None) -> str:
-    return "127.0.0.1" if address in (None, "", "0.0.0.0", "::") else address
+    return TRITON_LOCAL_IP if address in (None, "", "0.0.0.0", "::") else address

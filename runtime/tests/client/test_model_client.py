@@ -80,8 +80,8 @@ def test_wait_for_model_returns_once_ready(server, protocol):
 def test_lazy_init_false_reads_the_model_at_construction(server, protocol):
     with ModelClient(server.url(protocol), "identity", lazy_init=False) as client:
         assert client.model_config.model_name == "identity"
-    with pytest.raises(PyTritonClientModelUnavailableError, match="'absent' is not in the model repository"):
-        ModelClient(server.url(protocol), "absent", lazy_init=False, access_token=server.token)
+    with pytest.raises(PyTritonClientTimeoutError, match="'absent'.*index does not list it"):
+        ModelClient(server.url(protocol), "absent", lazy_init=False, init_timeout_s=0.5, access_token=server.token)
 
 
 def test_mixing_positional_and_named_inputs_is_refused(server, protocol):
@@ -102,12 +102,13 @@ def test_failing_callable_raises_inference_server_error(server, protocol):
             client.infer_sample(X)
 
 
-def test_missing_model_is_unavailable_when_the_index_is_readable(server, protocol):
-    with ModelClient(server.url(protocol), "absent", access_token=server.token) as client:
-        with pytest.raises(PyTritonClientModelUnavailableError) as caught:
+def test_missing_model_is_waited_for_and_named_when_the_index_is_readable(server, protocol):
+    # As PyTriton 0.7, the client waits for a model it cannot find: it may be bound (or uploaded) later.
+    with ModelClient(server.url(protocol), "absent", init_timeout_s=0.5, access_token=server.token) as client:
+        with pytest.raises(PyTritonClientTimeoutError) as caught:
             client.infer_sample(X)
-    assert "Model 'absent' is not in the model repository" in caught.value.message
-    assert "identity" in caught.value.message  # lists the models that are there
+    assert "Model 'absent'" in caught.value.message and "index does not list it" in caught.value.message
+    assert "identity 1" in caught.value.message  # lists the models that are there
 
 
 def test_missing_model_without_token_times_out_with_a_hint(server, protocol):
@@ -116,10 +117,10 @@ def test_missing_model_without_token_times_out_with_a_hint(server, protocol):
             client.infer_sample(X)
 
 
-def test_missing_model_version_is_unavailable(server, protocol):
+def test_missing_model_version_is_named_at_the_timeout(server, protocol):
     with ModelClient(server.url(protocol), "identity", model_version=2, access_token=server.token) as client:
-        with pytest.raises(PyTritonClientModelUnavailableError, match="'identity' version 2"):
-            client.wait_for_model(timeout_s=10)
+        with pytest.raises(PyTritonClientTimeoutError, match="'identity' version 2.*models there: .*identity 1"):
+            client.wait_for_model(timeout_s=0.5)
 
 
 def test_sub_second_inference_timeout(server, protocol, sleep_s):

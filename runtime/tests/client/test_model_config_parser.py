@@ -5,6 +5,7 @@ import tritonclient.utils
 
 from tritonrt.model_config import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
 from tritonrt.model_config.parser import parse_model_config
+from tritonrt.model_config.triton_model_config import ResponseCache
 
 # As GET /v2/models/<name>/config returns it over HTTP (every field present).
 HTTP_CONFIG = {
@@ -72,7 +73,7 @@ def test_http_config_is_parsed_completely():
     )
     assert config.instance_group == {DeviceKind.KIND_CPU: 3}
     assert config.backend_parameters == {"shared-memory-socket": "ipc:///tmp/x"}
-    assert config.response_cache is True
+    assert config.response_cache == ResponseCache(enable=True)
     assert config.decoupled is False
 
 
@@ -85,7 +86,7 @@ def test_grpc_config_with_defaults_left_out_is_parsed():
     assert config.outputs[0].dtype == np.dtype(tritonclient.utils.triton_to_np_dtype("BF16")).type
     assert config.batcher == DynamicBatcher(max_queue_delay_microseconds=250)
     assert config.instance_group == {DeviceKind.KIND_GPU: 1}
-    assert config.response_cache is False
+    assert config.response_cache is None
 
 
 def test_requested_version_is_recorded_and_no_batcher_means_none():

@@ -104,20 +104,24 @@ def started_processes() -> list[psutil.Process]:
 def test_run_with_a_stub_for_another_python_fails_before_starting(tmp_path, monkeypatch, free_triton_config):
     monkeypatch.setenv("TRITONRT_SERVER_DIR", str(fake_server(tmp_path / "server", stub_linking(OTHER))))
     before = {process.pid for process in started_processes()}
-    with Triton(config=free_triton_config()) as triton:
-        triton.bind("echo", lambda requests: requests, [X], [X])
-        with pytest.raises(PyTritonRuntimeError, match=f"built for Python {OTHER}"):
-            triton.run()
-        assert {process.pid for process in started_processes()} == before
-        assert not triton.is_alive()
+    triton = Triton(config=free_triton_config())  # no `with`: entering it would start the server already
+    triton.bind("echo", lambda requests: requests, [X], [X])
+    with pytest.raises(PyTritonRuntimeError, match=f"built for Python {OTHER}"):
+        triton.run()
+    assert {process.pid for process in started_processes()} == before
+    assert not triton.is_alive()
+    triton.stop()
+    with pytest.raises(PyTritonRuntimeError, match=f"built for Python {OTHER}"), Triton(config=free_triton_config()):
+        pass  # entering `with` starts the server, so the check fails there
 
 
 @pytest.mark.integration
 def test_run_without_shared_libpython_fails_before_starting(server_dir, monkeypatch, free_triton_config):
     patch_config_vars(monkeypatch, Py_ENABLE_SHARED=0)
     before = {process.pid for process in started_processes()}
-    with Triton(config=free_triton_config()) as triton:
-        triton.bind("echo", lambda requests: requests, [X], [X])
-        with pytest.raises(PyTritonRuntimeError, match="--enable-shared"):
-            triton.run()
-        assert {process.pid for process in started_processes()} == before
+    triton = Triton(config=free_triton_config())
+    triton.bind("echo", lambda requests: requests, [X], [X])
+    with pytest.raises(PyTritonRuntimeError, match="--enable-shared"):
+        triton.run()
+    assert {process.pid for process in started_processes()} == before
+    triton.stop()

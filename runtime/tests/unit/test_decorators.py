@@ -355,13 +355,22 @@ class TestBatch:
         with pytest.raises(PyTritonValidationError, match=r"Cannot batch input 'x'.*\(1, 2\), \(1, 3\)"):
             infer([req(x=[[1.0, 2.0]]), req(x=[[1.0, 2.0, 3.0]])])
 
-    def test_output_with_too_few_rows_is_rejected(self):
+    @pytest.mark.parametrize("rows", [1, 4])
+    def test_output_with_other_rows_than_the_batch_is_a_value_error(self, rows):
         @batch
         def infer(x):
-            return {"y": x[:1]}
+            return {"y": np.resize(x, rows), "z": x}
 
-        with pytest.raises(PyTritonValidationError, match="'y' must be a numpy array with at least 3 rows"):
+        with pytest.raises(ValueError, match=rf"batch \(3 rows\), but 'y' has shape \({rows},\)"):  # as PyTriton 0.7
             infer([req(x=[1.0, 2.0]), req(x=[3.0])])
+
+    def test_output_without_batch_axis_is_rejected(self):
+        @batch
+        def infer(x):
+            return {"y": np.float32(1.0)}
+
+        with pytest.raises(PyTritonValidationError, match="'y' must be a numpy array with one row per input row"):
+            infer([req(x=[1.0, 2.0])])
 
     def test_applied_twice_is_rejected_with_placement_advice(self):
         @batch
@@ -538,7 +547,8 @@ class TestGroupByValues:
             return {"y": x * mode}
 
         responses = infer([req(x=[[1.0], [2.0]], mode=[[1.0], [2.0]]), req(x=[[3.0], [4.0]], mode=[[1.0], [2.0]])])
-        assert calls == [([1.0, 3.0], [1.0, 1.0]), ([2.0, 4.0], [2.0, 2.0])]
+        # PyTriton 0.7's order: rows compare by their bytes (float32 2.0 is 00 00 00 40, 1.0 is 00 00 80 3f)
+        assert calls == [([2.0, 4.0], [2.0, 2.0]), ([1.0, 3.0], [1.0, 1.0])]
         assert [r["y"].ravel().tolist() for r in responses] == [[1.0, 4.0], [3.0, 8.0]]
 
     def test_groups_by_bytes_values(self):
@@ -552,7 +562,7 @@ class TestGroupByValues:
 
         names = np.array([[b"ab"], [b"c"], [b"ab"]], dtype=object)
         responses = infer([req(name=names)])
-        assert calls == [[[b"ab"], [b"ab"]], [[b"c"]]]
+        assert calls == [[[b"c"]], [[b"ab"], [b"ab"]]]  # serialized with their lengths: shorter first
         assert responses[0]["y"].tolist() == [2, 1, 2]
 
     def test_by_several_keys_with_tuple_outputs(self):
@@ -884,11 +894,12 @@ class TestStacks:
         bind(model.infer, OPTIONALS_CONFIG)
         responses = model.infer(stack_requests())
         assert [r["y"].ravel().tolist() for r in responses] == [expected for _, expected in STACK_REQUESTS]
-        # requests without "tag" first (one batch, split by temperature), then the one with "tag"
+        # requests without "tag" first (one batch, split by temperature in PyTriton's byte order of the
+        # float32 values: 2.0, 3.0, 1.0), then the one with "tag"
         assert model.calls == [
             ([1.0], 2.0, False),
-            ([1.0, 3.0], 1.0, False),
             ([4.0], 3.0, False),
+            ([1.0, 3.0], 1.0, False),
             ([5.0], 2.0, True),
         ]
 

@@ -3,7 +3,7 @@ declare ``__all__``. Read from the source with ``ast`` (imports inside functions
 
 Layers, lowest first; a module may import its own package and the layers below its own:
 
-    exceptions, _access, memory  <  model_config  <  context  <  decorators  <  client  <  server
+    exceptions, _access, memory, constants  <  model_config  <  context  <  decorators  <  client  <  server
     <  proxy  <  models  <  triton, __main__
 """
 
@@ -19,7 +19,7 @@ import tritonrt
 PACKAGE_DIR = pathlib.Path(tritonrt.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    ("tritonrt.exceptions", "tritonrt._access", "tritonrt.memory"),
+    ("tritonrt.exceptions", "tritonrt._access", "tritonrt.memory", "tritonrt.constants"),
     ("tritonrt.model_config",),
     ("tritonrt.context",),
     ("tritonrt.decorators",),

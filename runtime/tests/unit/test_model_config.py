@@ -15,7 +15,7 @@ from tritonrt.model_config.dtypes import (
     to_triton_config_type,
 )
 from tritonrt.model_config.resolve import build_model_config, validate_model_name
-from tritonrt.model_config.triton_model_config import TensorSpec
+from tritonrt.model_config.triton_model_config import ResponseCache, TensorSpec
 
 # ---------------------------------------------------------------------------------------------- dtypes
 
@@ -187,8 +187,8 @@ def test_defaults_follow_pytriton():
     assert cfg.batching is True and cfg.max_batch_size == 4
     assert cfg.batcher == DynamicBatcher()
     assert cfg.instance_group == {DeviceKind.KIND_CPU: 1}
-    assert cfg.response_cache is False and cfg.decoupled is False
-    assert cfg.backend_parameters == {}
+    assert cfg.response_cache is None and cfg.decoupled is False  # PyTriton: None unless enabled
+    assert cfg.backend_parameters == {} and cfg.model_warmup is None and cfg.backend == "python"
 
 
 def test_batching_off_gives_zero_max_batch_size_and_no_batcher():
@@ -205,7 +205,7 @@ def test_batching_on_without_batcher_keeps_none():
 def test_instance_count_response_cache_decoupled_and_version_are_carried():
     cfg = _build(config=ModelConfig(max_batch_size=32, response_cache=True), instance_count=3, model_version=7)
     assert cfg.instance_group == {DeviceKind.KIND_CPU: 3}
-    assert cfg.response_cache is True
+    assert cfg.response_cache == ResponseCache(enable=True)
     assert cfg.model_version == 7
     assert cfg.max_batch_size == 32
     assert _build(config=ModelConfig(decoupled=True)).decoupled is True

@@ -96,6 +96,10 @@ class GrpcTransport:
         """True when the server answers its liveness probe."""
         return self._call("Liveness check", "", timeout, self._client.is_server_live)
 
+    def is_server_ready(self, timeout: float) -> bool:
+        """True when the server says it is ready."""
+        return self._call("Readiness check", "", timeout, self._client.is_server_ready)
+
     def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
         """True when the model (version) is loaded and ready."""
         return self._call(

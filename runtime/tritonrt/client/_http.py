@@ -103,6 +103,10 @@ class HttpTransport:
         """True when the server answers its liveness probe."""
         return self._probe("/v2/health/live", timeout, "Liveness check", "")
 
+    def is_server_ready(self, timeout: float) -> bool:
+        """True when the server says it is ready."""
+        return self._probe("/v2/health/ready", timeout, "Readiness check", "")
+
     def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
         """True when the model (version) is loaded and ready."""
         path = model_path(model_name, model_version) + "/ready"

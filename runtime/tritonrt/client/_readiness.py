@@ -6,7 +6,8 @@ access token, and otherwise waits until the timeout.
 
 Example::
 
-    wait_for_model_ready(transport, "add", None, timeout_s=30.0)   # returns, or raises
+    wait_for_server_ready(transport, timeout_s=30.0)               # returns, or raises
+    wait_for_model_ready(transport, "add", None, timeout_s=30.0)
     await async_wait_for_model_ready(async_transport, "add", None, timeout_s=30.0)
 """
 
@@ -16,16 +17,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from tritonrt.client._transport import AsyncTransport, ServerUnreachableError, Transport, TritonUrl
+from tritonrt.client._transport import AsyncTransport, ServerUnreachableError, TritonUrl
 from tritonrt.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
 )
 
-__all__ = ["async_wait_for_model_ready", "wait_for_model_ready"]
+__all__ = ["Probe", "async_wait_for_model_ready", "wait_for_model_ready", "wait_for_server_ready"]
 
 _FIRST_INTERVAL_S = 0.05
 _MAX_INTERVAL_S = 0.5
@@ -33,10 +34,25 @@ _MAX_PROBE_TIMEOUT_S = 10.0
 _NOT_YET = (ServerUnreachableError, PyTritonClientTimeoutError)
 
 
+class Probe(Protocol):
+    """The calls the blocking waits make: a :class:`Transport` has them (``tritonrt.client.utils`` gives them to
+    tritonclient's clients too)."""
+
+    url: TritonUrl
+
+    def is_server_live(self, timeout: float) -> bool: ...
+
+    def is_server_ready(self, timeout: float) -> bool: ...
+
+    def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool: ...
+
+    def repository_index(self, timeout: float) -> list[dict[str, Any]]: ...
+
+
 class _Wait:
     """Deadline, poll interval and what was last seen; builds the messages of both wait loops."""
 
-    def __init__(self, url: TritonUrl, model_name: str, model_version: str | None, timeout_s: float):
+    def __init__(self, url: TritonUrl, model_name: str | None, model_version: str | None, timeout_s: float):
         self.url = url
         self.model_name = model_name
         self.model_version = model_version
@@ -45,6 +61,7 @@ class _Wait:
         self.interval = _FIRST_INTERVAL_S
         self.server_live = False
         self.index_readable = True
+        self.not_listed: str | None = None  # the models the index lists, when it does not list this one
 
     @property
     def label(self) -> str:
@@ -62,11 +79,24 @@ class _Wait:
         return sleep
 
     def timeout_error(self) -> PyTritonClientTimeoutError:
+        if self.model_name is None and self.server_live:
+            return PyTritonClientTimeoutError(
+                f"The Triton server at {self.url.with_scheme} is live but was not ready within {self.timeout_s:g} "
+                "s. With strict readiness a server is ready once the models it loads are: allow more time, or "
+                "check its log for a model that failed to load."
+            )
         if not self.server_live:
             return PyTritonClientTimeoutError(
                 f"The Triton server at {self.url.with_scheme} was not live within {self.timeout_s:g} s. "
                 "Check that it runs and that the URL names its port, or allow more time (init_timeout_s, "
                 "timeout_s)."
+            )
+        if self.index_readable and self.not_listed is not None:
+            return PyTritonClientTimeoutError(
+                f"Model {self.label} on the server at {self.url.with_scheme} was not ready within "
+                f"{self.timeout_s:g} s, and the server's model repository index does not list it (models there: "
+                f"{self.not_listed}). Check the model name and version; a model still being bound needs more "
+                "time (init_timeout_s, timeout_s): the index never lists models uploaded by a RemoteTriton."
             )
         hint = (
             ""
@@ -101,16 +131,19 @@ class _Wait:
             self.index_readable = False
 
     def check_index(self, entries: list[dict[str, Any]]) -> None:
-        """Raise PyTritonClientModelUnavailableError when the index shows the model missing or failed."""
+        """Raise PyTritonClientModelUnavailableError when the index shows the model failed (or was unloaded).
+
+        A model the index does not list may still come (a model bound later, or uploaded: the index never
+        lists those), so the wait goes on, as in PyTriton; the timeout's message then says what is listed.
+        """
         mine = [entry for entry in entries if entry.get("name") == self.model_name]
         if self.model_version:
             mine = [entry for entry in mine if str(entry.get("version", "")) in ("", self.model_version)]
         if not mine:
-            known = ", ".join(sorted({str(entry.get("name")) for entry in entries})) or "none"
-            raise PyTritonClientModelUnavailableError(
-                f"Model {self.label} is not in the model repository of the server at {self.url.with_scheme} "
-                f"(models there: {known}). Check the model name and version."
-            )
+            listed = sorted({f"{entry.get('name')} {entry.get('version', '')}".strip() for entry in entries})
+            self.not_listed = ", ".join(listed) or "none"
+            return
+        self.not_listed = None
         versioned = [entry for entry in mine if str(entry.get("version", "")).isdigit()]
         entry = max(versioned, key=lambda item: int(item["version"])) if versioned else mine[0]
         if entry.get("state") == "UNAVAILABLE":
@@ -121,7 +154,22 @@ class _Wait:
             )
 
 
-def wait_for_model_ready(transport: Transport, model_name: str, model_version: str | None, timeout_s: float) -> None:
+def wait_for_server_ready(transport: Probe, timeout_s: float) -> None:
+    """Block until the server is live and ready.
+
+    Raises:
+        PyTritonClientTimeoutError: not ready within ``timeout_s``.
+    """
+    wait = _Wait(transport.url, None, None, timeout_s)
+    while True:
+        with wait.probing():
+            wait.server_live = transport.is_server_live(wait.probe_timeout())
+            if wait.server_live and transport.is_server_ready(wait.probe_timeout()):
+                return
+        time.sleep(wait.next_sleep())
+
+
+def wait_for_model_ready(transport: Probe, model_name: str, model_version: str | None, timeout_s: float) -> None:
     """Block until the server is live and the model ready.
 
     Raises:

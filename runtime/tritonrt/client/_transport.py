@@ -32,6 +32,7 @@ from tritonrt.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
+from tritonrt.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
 
 __all__ = [
     "DEFAULT_GRPC_PORT",
@@ -57,8 +58,6 @@ _T = TypeVar("_T")
 
 # -- the server's address --------------------------------------------------------------------------------------
 
-DEFAULT_HTTP_PORT = 8000
-DEFAULT_GRPC_PORT = 8001
 _DEFAULT_PORTS = {"http": DEFAULT_HTTP_PORT, "grpc": DEFAULT_GRPC_PORT}
 _EXAMPLES = "e.g. 'localhost', 'http://localhost:8000' or 'grpc://localhost:8001'"
 
@@ -166,6 +165,10 @@ class Transport(Protocol):
         """True when the server answers its liveness probe."""
         ...
 
+    def is_server_ready(self, timeout: float) -> bool:
+        """True when the server says it is ready (with strict readiness: and all its loaded models)."""
+        ...
+
     def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
         """True when the model (version) is loaded and ready."""
         ...
@@ -211,6 +214,10 @@ class AsyncTransport(Protocol):
 
     async def is_server_live(self, timeout: float) -> bool:
         """True when the server answers its liveness probe."""
+        ...
+
+    async def is_server_ready(self, timeout: float) -> bool:
+        """True when the server says it is ready."""
         ...
 
     async def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
@@ -296,6 +303,15 @@ class AsyncTransportBase:
             "",
             timeout,
             lambda: self.client.is_server_live(headers=self._headers(), **self._deadline(timeout)),
+        )
+
+    async def is_server_ready(self, timeout: float) -> bool:
+        """True when the server says it is ready."""
+        return await self._call(
+            "Readiness check",
+            "",
+            timeout,
+            lambda: self.client.is_server_ready(headers=self._headers(), **self._deadline(timeout)),
         )
 
     async def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:

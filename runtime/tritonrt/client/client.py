@@ -18,7 +18,7 @@ from tritonrt.client._arguments import InferCall
 from tritonrt.client._core import TransportClient, config_as_json
 from tritonrt.client._grpc import GrpcTransport
 from tritonrt.client._http import HttpTransport
-from tritonrt.client._readiness import wait_for_model_ready
+from tritonrt.client._readiness import wait_for_model_ready, wait_for_server_ready
 from tritonrt.client._transport import Transport
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.model_config.parser import parse_model_config
@@ -109,6 +109,16 @@ class ModelClient(TransportClient):
         self._check_open()
         wait_for_model_ready(self._transport, self._settings.model_name, self._settings.model_version, timeout_s)
         self._model_ready = True
+
+    def wait_for_server(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the server to be live and ready (whatever its models).
+
+        Raises:
+            PyTritonClientTimeoutError: not ready within ``timeout_s``.
+            PyTritonClientClosedError: the client is closed.
+        """
+        self._check_open()
+        wait_for_server_ready(self._transport, timeout_s)
 
     def infer_sample(
         self,

@@ -26,7 +26,10 @@ from tritonrt.client.exceptions import (
 )
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
-__all__ = ["FuturesModelClient"]
+__all__ = ["DEFAULT_MAX_QUEUE_SIZE", "DEFAULT_MAX_WORKERS", "FuturesModelClient"]
+
+DEFAULT_MAX_WORKERS = 128
+DEFAULT_MAX_QUEUE_SIZE = 128
 
 
 def _positive_int(value: int | None, name: str) -> int | None:
@@ -51,8 +54,9 @@ class FuturesModelClient(ClientBase):
     Args:
         url, model_name, model_version, init_timeout_s, inference_timeout_s, model_config,
         ensure_model_is_ready, access_token: as for ``ModelClient``.
-        max_workers: threads running requests; None: ``min(32, os.cpu_count() + 4)``.
-        max_queue_size: requests that may wait for a free thread; None: unlimited.
+        max_workers: threads running requests (default 128, as in PyTriton 0.7; threads start as needed);
+            None: ``min(32, os.cpu_count() + 4)``.
+        max_queue_size: requests that may wait for a free thread (default 128); None: unlimited.
         non_blocking: when the queue is full, raise PyTritonClientQueueFullError instead of waiting.
     """
 
@@ -62,8 +66,8 @@ class FuturesModelClient(ClientBase):
         model_name: str,
         model_version: str | None = None,
         *,
-        max_workers: int | None = None,
-        max_queue_size: int | None = None,
+        max_workers: int | None = DEFAULT_MAX_WORKERS,
+        max_queue_size: int | None = DEFAULT_MAX_QUEUE_SIZE,
         non_blocking: bool = False,
         init_timeout_s: float | None = None,
         inference_timeout_s: float | None = None,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonrt.context import TRITON_CONTEXT_FIELD_NAME
+from tritonrt.context import TRITON_CONTEXT_ATTRIBUTE, TRITON_CONTEXT_FIELD_NAME
 from tritonrt.exceptions import PyTritonRuntimeError, PyTritonValidationError
 
 __all__ = [
@@ -33,8 +33,8 @@ InferenceRequests = Sequence[InferenceRequest]
 InferenceResult = dict[str, np.ndarray]
 InferenceResults = Sequence[InferenceResult]
 
-SPECIAL_KEYS = (TRITON_CONTEXT_FIELD_NAME,)
-"""Keyword arguments that decorators pass besides the inputs."""
+SPECIAL_KEYS = (TRITON_CONTEXT_ATTRIBUTE, TRITON_CONTEXT_FIELD_NAME)
+"""Names that are never inputs: PyTriton 0.7's special key and the keyword ``@triton_context`` passes."""
 _END = object()  # marks an exhausted stream
 
 

@@ -78,20 +78,28 @@ def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
 
 
 def _split_batch(outputs: dict[str, Any], sizes: list[int]) -> list[InferenceResult]:
-    """Cut batched outputs into one response per request, by the requests' batch sizes."""
+    """Cut batched outputs into one response per request, by the requests' batch sizes.
+
+    Raises ValueError (PyTriton 0.7's type) when an output's rows are not the batch's rows.
+    """
     total = sum(sizes)
-    exact = True  # every output has exactly ``total`` rows
+    wrong = {}
     for name, value in outputs.items():
         shape = value.shape if type(value) is np.ndarray else None
-        if not shape or shape[0] < total:
+        if not shape:
             got = f"shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
             raise PyTritonValidationError(
-                f"Output {name!r} must be a numpy array with at least {total} rows (one per input row of the "
-                f"batch), got {got}. Return one row per input row."
+                f"Output {name!r} must be a numpy array with one row per input row of the batch ({total}), got {got}."
             )
         if shape[0] != total:
-            exact = False
-    if exact and len(sizes) == 1:
+            wrong[name] = shape
+    if wrong:
+        shapes = ", ".join(f"{name!r} has shape {shape}" for name, shape in wrong.items())
+        raise ValueError(
+            f"The outputs must have one row per input row of the batch ({total} rows), but {shapes}. "
+            "Return exactly one row per input row."
+        )
+    if len(sizes) == 1:
         return [outputs]
     responses, start = [], 0
     for size in sizes:
@@ -163,8 +171,8 @@ def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kw
 def pad_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Pad the batch, repeating its last row, up to the nearest preferred batch size or max_batch_size.
 
-    Use it below @batch, for models that run best (or only) at fixed batch sizes; the padded rows'
-    outputs are dropped by @batch.
+    Use it below @batch, for models that run best (or only) at fixed batch sizes; the padded rows' outputs
+    are dropped before they reach @batch. (PyTriton 0.7 passes them on, and its @batch rejects them.)
 
     Example::
 
@@ -188,8 +196,17 @@ def pad_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
             "max_batch_size in the model's ModelConfig."
         )
     target = sizes[bisect.bisect_left(sizes, size)]
-    if target > size:
-        kwargs = dict(kwargs)
-        for name, value in inputs.items():
-            kwargs[name] = np.concatenate([value, np.repeat(value[-1:], target - size, axis=0)])
-    return wrapped(*args, **kwargs)
+    if target == size:
+        return wrapped(*args, **kwargs)
+    kwargs = dict(kwargs)
+    for name, value in inputs.items():
+        kwargs[name] = np.concatenate([value, np.repeat(value[-1:], target - size, axis=0)])
+    return combine_results([wrapped(*args, **kwargs)], lambda results: _unpadded(results[0], wrapped, instance, size))
+
+
+def _unpadded(result: Any, wrapped: Callable[..., Any], instance: Any, size: int) -> dict[str, Any]:
+    """The outputs of a padded call without the padded rows (outputs without a batch axis are left alone)."""
+    outputs = convert_output(result, wrapped, instance)
+    return {
+        name: value[:size] if isinstance(value, np.ndarray) and value.ndim else value for name, value in outputs.items()
+    }

@@ -4,6 +4,8 @@ equal values (@group_by_values), and padding the groups' outputs to one shape (C
 from __future__ import annotations
 
 import functools
+import itertools
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,8 @@ from tritonrt.decorators.outputs import convert_output
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 
 __all__ = ["ConstantPadder", "group_by_keys", "group_by_values"]
+
+_LENGTH = struct.Struct("<I")
 
 
 def _scatter_responses(groups: list[list[int]], count: int, results: list) -> list[InferenceResult]:
@@ -63,12 +67,30 @@ def group_by_keys(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     return combine_results(results, functools.partial(_scatter_responses, indices, len(requests)))
 
 
-def _row_key(row: Any) -> tuple:
-    """A hashable key equal for equal rows of an input."""
-    row = np.asarray(row)
-    if row.dtype == object:
-        return row.shape, tuple(row.ravel().tolist())
-    return row.shape, row.dtype.str, row.tobytes()
+def _order_key(column: np.ndarray, row: int) -> Any:
+    """What orders and groups row ``row`` of a key input, as PyTriton 0.7 orders them.
+
+    A one-dimensional input gives scalars, compared by value. Rows with more axes compare by their bytes:
+    numbers by their memory (so not numerically: 2 before -3), BYTES rows as Triton serializes them (a
+    length before each item, so shorter items first).
+    """
+    value = column[row]
+    if not isinstance(value, np.ndarray):
+        return value
+    if value.dtype == object or value.dtype.type == np.bytes_:
+        if value.size == 0:
+            return b""
+        items = [item if isinstance(item, bytes) else str(item).encode("utf-8") for item in value.ravel().tolist()]
+        body = b"".join(_LENGTH.pack(len(item)) + item for item in items)
+        return _LENGTH.pack(len(body)) + body
+    return value.tobytes()
+
+
+def _groups_by_value(inputs: dict[str, np.ndarray], keys: tuple[str, ...], batch_size: int) -> list[list[int]]:
+    """Row indices grouped by equal values on ``keys``; groups in the order of their values (PyTriton's)."""
+    row_keys = [tuple(_order_key(inputs[key], row) for key in keys) for row in range(batch_size)]
+    ordered = sorted(range(batch_size), key=row_keys.__getitem__)
+    return [list(rows) for _, rows in itertools.groupby(ordered, key=row_keys.__getitem__)]
 
 
 def _merge_rows(groups: list[np.ndarray], batch_size: int, results: list[dict]) -> dict[str, np.ndarray]:
@@ -106,8 +128,9 @@ def group_by_values(
 ) -> Callable[[Callable[..., Any]], Any]:
     """Split a batch into sub-batches with equal values on ``keys``; call the callable once per sub-batch.
 
-    Use it below @batch, for inputs that act as parameters (e.g. a temperature per row). The sub-batches'
-    outputs are put back in row order; ``pad_fn`` (e.g. ``ConstantPadder(0)``) first brings outputs of
+    Use it below @batch, for inputs that act as parameters (e.g. a temperature per row). The calls come in
+    the order of the key values, as in PyTriton 0.7 (see ``_order_key``). The sub-batches' outputs are put
+    back in row order; ``pad_fn`` (e.g. ``ConstantPadder(0)``) first brings outputs of
     different shapes to one shape.
 
     Example::
@@ -137,12 +160,10 @@ def group_by_values(
                 f"(inputs: {', '.join(inputs)}). Give defaults for optional inputs with @fill_optionals."
             )
         batch_size = inputs_batch_size(inputs, "the batch")
-        rows_by_key: dict[tuple, list[int]] = {}
-        for row in range(batch_size):
-            rows_by_key.setdefault(tuple(_row_key(inputs[key][row]) for key in keys), []).append(row)
-        if len(rows_by_key) == 1:
+        row_groups = _groups_by_value(inputs, keys, batch_size)
+        if len(row_groups) == 1:
             return wrapped(*args, **kwargs)
-        groups = [np.array(rows) for rows in rows_by_key.values()]
+        groups = [np.array(rows) for rows in row_groups]
         others = {k: v for k, v in kwargs.items() if k not in inputs}
         results = [wrapped(**others, **{name: value[rows] for name, value in inputs.items()}) for rows in groups]
 

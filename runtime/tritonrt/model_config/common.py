@@ -1,11 +1,13 @@
-"""Building blocks of a model configuration: batcher, queue policy, device kind."""
+"""Building blocks of a model configuration: batcher, queue policy, device kind, warm-up."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["DeviceKind", "DynamicBatcher", "QueuePolicy", "TimeoutAction"]
+__all__ = ["DeviceKind", "DynamicBatcher", "ModelWarmup", "QueuePolicy", "TimeoutAction", "WarmupInput"]
 
 
 class DeviceKind(enum.Enum):
@@ -49,3 +51,41 @@ class DynamicBatcher:
     default_priority_level: int = 0
     default_queue_policy: QueuePolicy | None = None
     priority_queue_policy: dict[int, QueuePolicy] | None = None
+
+
+@dataclasses.dataclass
+class WarmupInput:
+    """How to make one input of the warm-up requests: zeros, random values, or a ``.npy`` file's array.
+
+    ``shape`` excludes the batch axis. The first of ``input_data_file``, ``zero_data`` and ``random_data``
+    that is set decides.
+
+    Example::
+
+        WarmupInput(dtype=np.float32, shape=(3, 224, 224), random_data=True)
+    """
+
+    dtype: Any
+    shape: Sequence[int]
+    zero_data: bool | None = False
+    random_data: bool | None = False
+    input_data_file: str | None = None
+
+
+@dataclasses.dataclass
+class ModelWarmup:
+    """Requests to call the inference callables with before the model is loaded (``ModelConfig.model_warmup``).
+
+    ``count`` requests of ``batch_size`` rows each, with inputs made as ``inputs`` says. tritonrt calls each
+    of the model's callables with them directly, as PyTriton 0.7 does; a failing warm-up is logged and the
+    model loads anyway.
+
+    Example::
+
+        ModelWarmup(name="zeros", batch_size=4, inputs={"x": WarmupInput(np.float32, (16,), zero_data=True)}, count=2)
+    """
+
+    name: str
+    batch_size: int
+    inputs: dict[str, WarmupInput]
+    count: int

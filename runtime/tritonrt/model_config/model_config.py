@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tritonrt.model_config.common import DynamicBatcher
+from tritonrt.model_config.common import DynamicBatcher, ModelWarmup
 
 __all__ = ["ModelConfig"]
 
@@ -16,6 +16,8 @@ class ModelConfig:
     Example::
 
         ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200))
+
+    ``model_warmup``: requests the callables are called with before the model loads (see ModelWarmup).
     """
 
     batching: bool = True
@@ -23,3 +25,4 @@ class ModelConfig:
     batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
     response_cache: bool = False
     decoupled: bool = False
+    model_warmup: list[ModelWarmup] | None = None

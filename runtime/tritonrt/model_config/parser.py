@@ -19,7 +19,7 @@ import tritonclient.utils
 from tritonrt.exceptions import PyTritonBadParameterError
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
 from tritonrt.model_config.dtypes import from_triton_config_type
-from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
 __all__ = ["parse_model_config"]
 
@@ -41,7 +41,7 @@ def parse_model_config(config: dict[str, Any], model_version: int | None = None)
         instance_group=_parse_instance_groups(config.get("instance_group", [])),
         inputs=[_parse_tensor(tensor) for tensor in config.get("input", [])],
         outputs=[_parse_tensor(tensor) for tensor in config.get("output", [])],
-        response_cache=bool(config.get("response_cache", {}).get("enable", False)),
+        response_cache=ResponseCache(enable=True) if config.get("response_cache", {}).get("enable") else None,
         decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled", False)),
         backend_parameters={key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()},
     )

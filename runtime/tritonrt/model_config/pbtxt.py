@@ -35,7 +35,7 @@ def render_pbtxt(cfg: TritonModelConfig) -> str:
     """
     lines = [
         f"name: {quote(cfg.model_name)}",
-        f"backend: {quote('python')}",
+        f"backend: {quote(cfg.backend)}",
         f"max_batch_size: {cfg.max_batch_size if cfg.batching else 0}",
     ]
     for spec in cfg.inputs:
@@ -49,7 +49,7 @@ def render_pbtxt(cfg: TritonModelConfig) -> str:
         if kind is not DeviceKind.KIND_AUTO:
             fields.append(f"kind: {kind.value}")
         lines += _block("instance_group", fields)
-    if cfg.response_cache:
+    if cfg.response_cache_enabled:
         lines += _block("response_cache", ["enable: true"])
     if cfg.decoupled:
         lines += _block("model_transaction_policy", ["decoupled: true"])

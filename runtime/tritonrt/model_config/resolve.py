@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonValidationError
-from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
+from tritonrt.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup, QueuePolicy, TimeoutAction
 from tritonrt.model_config.dtypes import normalize_dtype
 from tritonrt.model_config.model_config import ModelConfig
 from tritonrt.model_config.tensor import Tensor
-from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
+from tritonrt.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
 __all__ = ["INSTANCE_KIND", "build_model_config", "validate_model_name"]
 
@@ -95,6 +95,14 @@ def build_model_config(
             raise PyTritonBadParameterError(
                 f"{where}: config.{flag} must be True or False, got {getattr(config, flag)!r}."
             )
+    warmup = config.model_warmup
+    if warmup is not None and (
+        not isinstance(warmup, (list, tuple)) or not all(isinstance(item, ModelWarmup) for item in warmup)
+    ):
+        raise PyTritonBadParameterError(
+            f"{where}: config.model_warmup must be a list of tritonrt.model_config.common.ModelWarmup (or None), "
+            f"got {warmup!r}."
+        )
     if config.decoupled and config.response_cache:
         raise PyTritonValidationError(
             f"{where}: config.decoupled=True cannot be combined with config.response_cache=True "
@@ -124,7 +132,7 @@ def build_model_config(
         instance_group={INSTANCE_KIND: int(instance_count)},
         inputs=_resolve_tensors(inputs, "input", where),
         outputs=_resolve_tensors(outputs, "output", where),
-        response_cache=config.response_cache,
+        response_cache=ResponseCache(enable=True) if config.response_cache else None,
         decoupled=config.decoupled,
     )
 

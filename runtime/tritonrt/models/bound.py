@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pathlib
+import uuid
 from collections.abc import Callable, Sequence
 
+from tritonrt.exceptions import PyTritonValidationError
+from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.model_config.common import ModelWarmup
+from tritonrt.model_config.resolve import build_model_config, validate_model_name
 from tritonrt.model_config.triton_model_config import TritonModelConfig
+from tritonrt.models import trace
 from tritonrt.proxy.protocol import ModelConnection
 from tritonrt.proxy.worker import CallableWorker
 
@@ -18,13 +24,53 @@ class BoundModel:
     The proxy model instances find the workers through the :class:`ModelConnection` written into config.pbtxt.
     """
 
-    def __init__(self, config: TritonModelConfig, callables: Sequence[Callable], strict: bool, key: str):
+    def __init__(
+        self,
+        config: TritonModelConfig,
+        callables: Sequence[Callable],
+        strict: bool,
+        key: str,
+        warmup: Sequence[ModelWarmup] | None = None,
+        trace_config: Sequence[str] | None = None,
+    ):
         self.config = config
         self.callables = list(callables)
         self.strict = strict
         self.key = key
+        self.warmup = list(warmup or [])  # requests to call the callables with before the first load
+        self.trace_config = list(trace_config or [])  # the model's own trace settings (bind(trace_config=))
         self._workers: list[CallableWorker] = []
         self._connection: ModelConnection | None = None
+
+    @classmethod
+    def from_bind(
+        cls,
+        model_name: str,
+        infer_func: Callable | Sequence[Callable],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int,
+        config: ModelConfig | None,
+        strict: bool,
+        trace_config: list[str] | None,
+    ) -> BoundModel:
+        """The model that ``Triton.bind`` describes, validated (errors say what to fix); not yet attached."""
+        validate_model_name(model_name)
+        traces = trace.validate_trace_config(model_name, trace_config)
+        if traces:
+            trace.model_trace_settings(traces, model_name)  # bad entries raise now, not at load
+        candidates: list[object] = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+        callables = [candidate for candidate in candidates if callable(candidate)]
+        if not callables or len(callables) != len(candidates):
+            raise PyTritonValidationError(
+                f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
+                "(one per model instance)."
+            )
+        config = config or ModelConfig()
+        model_config = build_model_config(
+            model_name, model_version, inputs, outputs, config, instance_count=len(callables)
+        )
+        return cls(model_config, callables, strict, f"m{uuid.uuid4().hex[:8]}", config.model_warmup, traces)
 
     @property
     def name(self) -> str:

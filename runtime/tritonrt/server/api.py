@@ -5,7 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tritonrt._access import access_headers
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
@@ -33,19 +34,29 @@ class ServerApi:
 
     @classmethod
     def from_url(cls, url: str, token: str | None) -> ServerApi:
-        """``http://host:port`` or ``grpc://host:port`` (bare ``host:port`` is HTTP)."""
-        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-        if parsed.scheme not in ("http", "grpc") or not parsed.hostname:
-            raise PyTritonBadParameterError(f"Invalid server URL {url!r}: use http://host:port or grpc://host:port.")
-        if parsed.scheme == "http":
-            return cls(parsed.hostname, parsed.port or 8000, None, token)
-        return cls(parsed.hostname, None, parsed.port or 8001, token)
+        """``http://host:port`` or ``grpc://host:port`` (no scheme: HTTP; no port: the scheme's default)."""
+        from tritonrt.client._transport import TritonUrl  # the clients' URL rules (imported when needed: heavy)
+        from tritonrt.client.exceptions import PyTritonClientInvalidUrlError
 
-    def _http(self, method: str, path: str, timeout: float) -> tuple[int, str]:
+        try:
+            parsed = TritonUrl.from_url(url)
+        except PyTritonClientInvalidUrlError as error:
+            raise PyTritonBadParameterError(str(error)) from None
+        if parsed.scheme == "http":
+            return cls(parsed.hostname, parsed.port, None, token)
+        return cls(parsed.hostname, None, parsed.port, token)
+
+    @property
+    def url(self) -> str:
+        """The server's address as a client takes it (HTTP when the server has it, else gRPC)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.http_port}" if self.http_port is not None else f"grpc://{self.grpc_url}"
+
+    def _http(self, method: str, path: str, timeout: float, body: bytes = b"") -> tuple[int, str]:
         connection = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
         headers = access_headers("http", self._token)
         try:
-            connection.request(method, path, body=b"" if method == "POST" else None, headers=headers)
+            connection.request(method, path, body=body if method == "POST" else None, headers=headers)
             response = connection.getresponse()
             return response.status, response.read().decode("utf-8", "replace")
         finally:
@@ -66,34 +77,66 @@ class ServerApi:
         except Exception:
             return False
 
-    def load_model(self, name: str) -> None:
-        """Load (or reload) a model; raise with the server's reason when it fails."""
-        self._repository_call("load", name)
+    def load_model(self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None) -> None:
+        """Load (or reload) a model, from the server's repository or from ``config`` (JSON) and ``files``
+        (``{"file:<path>": content}``); raise with the server's reason when it fails."""
+        body = b""
+        if config is not None:
+            from tritonrt.client._http import load_request_body  # the clients' form of it (heavy: imported here)
 
-    def unload_model(self, name: str) -> None:
+            body = json.dumps(load_request_body(config, files)).encode()
+        self._post(
+            f"load model {name!r}",
+            f"/v2/repository/models/{urllib.parse.quote(name, safe='')}/load",
+            body,
+            lambda client, headers: client.load_model(name, headers, config, files, client_timeout=_LOAD_TIMEOUT_S),
+        )
+
+    def unload_model(self, name: str, timeout_s: float = _LOAD_TIMEOUT_S) -> None:
         """Unload a model."""
-        self._repository_call("unload", name)
+        self._post(
+            f"unload model {name!r}",
+            f"/v2/repository/models/{urllib.parse.quote(name, safe='')}/unload",
+            b"",
+            lambda client, headers: client.unload_model(name, headers=headers, client_timeout=timeout_s),
+            timeout_s,
+        )
 
-    def _repository_call(self, action: str, name: str) -> None:
-        quoted = urllib.parse.quote(name, safe="")
+    def update_trace_settings(self, name: str, settings: Mapping[str, Any]) -> None:
+        """Set a model's own trace settings (Triton's trace API; see ``tritonrt.models.trace``)."""
+        self._post(
+            f"set the trace settings of model {name!r}",
+            f"/v2/models/{urllib.parse.quote(name, safe='')}/trace/setting",
+            json.dumps(settings).encode(),
+            lambda client, headers: client.update_trace_settings(name, dict(settings), headers=headers),
+        )
+
+    def _post(
+        self,
+        what: str,
+        path: str,
+        body: bytes,
+        grpc_call: Callable[[Any, dict[str, str]], object],
+        timeout_s: float = _LOAD_TIMEOUT_S,
+    ) -> None:
+        """POST ``body`` to ``path`` over HTTP, or make ``grpc_call(client, headers)``; raise with the reason."""
         if self.http_port is not None:
-            status, body = self._http("POST", f"/v2/repository/models/{quoted}/{action}", timeout=_LOAD_TIMEOUT_S)
+            status, text = self._http("POST", path, timeout=timeout_s, body=body)
             if status == 200:
                 return
             try:
-                reason = json.loads(body).get("error", body)
+                reason = json.loads(text).get("error", text)
             except ValueError:
-                reason = body
+                reason = text
         else:
             import tritonclient.grpc as grpcclient
             from tritonclient.utils import InferenceServerException
 
             try:
                 with grpcclient.InferenceServerClient(self.grpc_url) as client:
-                    method = client.load_model if action == "load" else client.unload_model
-                    method(name, headers=self._grpc_headers(), client_timeout=_LOAD_TIMEOUT_S)
+                    grpc_call(client, self._grpc_headers())
                 return
             except InferenceServerException as error:
                 reason = error.message()
         log = f"\nServer log (last lines):\n{self.on_error_log()}" if self.on_error_log else ""
-        raise PyTritonRuntimeError(f"Could not {action} model {name!r}: {reason}{log}")
+        raise PyTritonRuntimeError(f"Could not {what}: {reason}{log}")

@@ -9,7 +9,8 @@ import pathlib
 import secrets
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tritonrt._access import TRITON_ACCESS_HEADER
 from tritonrt.exceptions import PyTritonValidationError
@@ -20,6 +21,7 @@ __all__ = [
     "VALID_TRITON_ENDPOINTS",
     "TritonConfig",
     "TritonSecurityConfig",
+    "merge_with_environment",
 ]
 
 LOGGER = logging.getLogger("tritonrt")
@@ -115,18 +117,51 @@ class TritonConfig:
             )
 
     @classmethod
-    def from_env(cls) -> TritonConfig:
-        """A config from ``PYTRITON_TRITON_CONFIG_*`` variables, e.g. ``PYTRITON_TRITON_CONFIG_GRPC_PORT=45436``."""
+    def from_dict(cls, config: Mapping[str, Any]) -> TritonConfig:
+        """A config from a dict of field names to values; strings are converted to the fields' types.
+
+        Unknown names are logged and ignored. Strings convert as in :meth:`from_env`: ``"true"``/``"false"``
+        for flags, integers, paths, and ``;``-separated entries for list fields.
+
+        Example::
+
+            TritonConfig.from_dict({"http_port": "8015", "log_verbose": 1, "allow_grpc": "false"})
+        """
         hints = typing.get_type_hints(cls)
+        unknown = sorted(name for name in config if name not in hints)
+        if unknown:
+            LOGGER.warning(
+                "Ignoring %s: TritonConfig has no such field (fields: %s).", ", ".join(unknown), ", ".join(hints)
+            )
         values = {}
+        for name, value in config.items():
+            if name in hints:
+                values[name] = _convert(f"TritonConfig.from_dict: {name}", hints[name], value)
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls) -> TritonConfig:
+        """A config from ``PYTRITON_TRITON_CONFIG_*`` variables, e.g. ``PYTRITON_TRITON_CONFIG_GRPC_PORT=45436``.
+
+        A list field takes its entries from ``<NAME>_0``, ``<NAME>_1``, ... (PyTriton 0.7's form, in index
+        order) or from one ``<NAME>`` variable with entries separated by ``;``.
+        """
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        indexed: dict[str, dict[int, str]] = {}
         for key, raw in os.environ.items():
             if not key.startswith(ENV_PREFIX):
                 continue
             name = key[len(ENV_PREFIX) :].lower()
-            if name not in hints:
+            base, _, index = name.rpartition("_")
+            if name not in hints and index.isdigit() and base in hints and _is_list(hints[base]):
+                indexed.setdefault(base, {})[int(index)] = raw
+            elif name in hints:
+                values[name] = _cast(key, hints[name], raw)
+            else:
                 LOGGER.warning("Ignoring %s: TritonConfig has no field %r.", key, name)
-                continue
-            values[name] = _cast(name, hints[name], raw)
+        for name, entries in indexed.items():
+            values[name] = [*(values.get(name) or []), *(entries[index] for index in sorted(entries))]
         return cls(**values)
 
     def to_dict(self) -> dict:
@@ -134,22 +169,44 @@ class TritonConfig:
         return dataclasses.asdict(self)
 
 
-def _cast(name: str, hint: typing.Any, raw: str) -> typing.Any:
+def merge_with_environment(config: TritonConfig | None) -> TritonConfig:
+    """Explicit values over ``PYTRITON_TRITON_CONFIG_*`` variables over defaults (PyTriton's precedence)."""
+    merged = {k: v for k, v in TritonConfig.from_env().to_dict().items() if v is not None}
+    if config is not None:
+        merged.update({k: v for k, v in config.to_dict().items() if v is not None})
+    return TritonConfig(**merged)
+
+
+def _is_list(hint: Any) -> bool:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return typing.get_origin(args[0] if args else hint) in (list, Sequence)
+
+
+def _convert(source: str, hint: Any, value: Any) -> Any:
+    """A value for a field of type ``hint``: strings parsed (see ``_cast``), other list values made lists."""
+    if isinstance(value, str):
+        return _cast(source, hint, value)
+    if _is_list(hint) and isinstance(value, (list, tuple)):
+        return [str(item) for item in value]
+    return value
+
+
+def _cast(source: str, hint: typing.Any, raw: str) -> typing.Any:
+    """Parse ``raw`` (named by ``source`` in errors) as a value of type ``hint``."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     target = args[0] if args else hint
-    origin = typing.get_origin(target)
-    if origin in (list, Sequence):
+    if _is_list(hint):
         return [item.strip() for item in raw.split(";") if item.strip()]
     if target is bool:
         lowered = raw.strip().lower()
         if lowered in _TRUE | _FALSE:
             return lowered in _TRUE
-        raise PyTritonValidationError(f"{ENV_PREFIX}{name.upper()}={raw!r}: use true or false.")
+        raise PyTritonValidationError(f"{source}={raw!r}: use true or false.")
     if target is int:
         try:
             return int(raw)
         except ValueError:
-            raise PyTritonValidationError(f"{ENV_PREFIX}{name.upper()}={raw!r}: use an integer.") from None
+            raise PyTritonValidationError(f"{source}={raw!r}: use an integer.") from None
     if target is pathlib.Path:
         return pathlib.Path(raw)
     if isinstance(target, types.UnionType):
@@ -157,11 +214,13 @@ def _cast(name: str, hint: typing.Any, raw: str) -> typing.Any:
     return target(raw) if callable(target) else raw
 
 
-VALID_TRITON_ENDPOINTS = (
+VALID_TRITON_ENDPOINTS = {
     "health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics",
     "trace", "logging",
-)  # fmt: skip
-DEFAULT_PROTECTED_ENDPOINTS = ("shared-memory", "model-repository", "statistics", "trace", "logging")
+}  # fmt: skip
+"""Endpoint names that ``TritonSecurityConfig.restricted_endpoints`` accepts (a set, as in PyTriton 0.7)."""
+DEFAULT_PROTECTED_ENDPOINTS = ["shared-memory", "model-repository", "statistics", "trace", "logging"]
+"""What the access token protects by default (a list, as in PyTriton 0.7; copied into each config)."""
 
 
 @dataclasses.dataclass
@@ -171,8 +230,8 @@ class TritonSecurityConfig:
     Example::
 
         TritonSecurityConfig()                                   # default: admin endpoints protected
-        TritonSecurityConfig(restricted_endpoints=DEFAULT_PROTECTED_ENDPOINTS + ("inference",))
-        TritonSecurityConfig(restricted_endpoints=[])            # nothing protected
+        TritonSecurityConfig(restricted_endpoints=[*DEFAULT_PROTECTED_ENDPOINTS, "inference"])
+        TritonSecurityConfig(restricted_endpoints=[])            # nothing protected, and no token
 
     Clients send the token in the ``triton-access-token`` header (HTTP) or
     ``triton-grpc-protocol-triton-access-token`` metadata (gRPC).
@@ -182,8 +241,19 @@ class TritonSecurityConfig:
     restricted_endpoints: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
-        if self.access_token is None:
+        if self.restricted_endpoints is None:
+            self.restricted_endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
+        unknown = [e for e in self.restricted_endpoints if e not in VALID_TRITON_ENDPOINTS]
+        if unknown:
+            raise PyTritonValidationError(
+                f"TritonSecurityConfig.restricted_endpoints has unknown endpoint(s) {', '.join(map(repr, unknown))}; "
+                f"valid: {', '.join(sorted(VALID_TRITON_ENDPOINTS))}."
+            )
+        self.restricted_endpoints = list(dict.fromkeys(self.restricted_endpoints))
+        if self.access_token is None and self.restricted_endpoints:  # nothing to protect: no token
             self.access_token = secrets.token_urlsafe(32)
+        if self.access_token is None:
+            return
         if not isinstance(self.access_token, str) or not self.access_token.strip():
             raise PyTritonValidationError("TritonSecurityConfig.access_token must be a non-empty string.")
         if any(c in self.access_token for c in ",=: \n"):
@@ -191,18 +261,10 @@ class TritonSecurityConfig:
                 "TritonSecurityConfig.access_token must not contain ',', '=', ':' or whitespace (Triton's flag "
                 "syntax uses them); secrets.token_urlsafe() makes a valid one."
             )
-        if self.restricted_endpoints is None:
-            self.restricted_endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
-        unknown = [e for e in self.restricted_endpoints if e not in VALID_TRITON_ENDPOINTS]
-        if unknown:
-            raise PyTritonValidationError(
-                f"TritonSecurityConfig.restricted_endpoints has unknown endpoint(s) {', '.join(map(repr, unknown))}; "
-                f"valid: {', '.join(VALID_TRITON_ENDPOINTS)}."
-            )
-        self.restricted_endpoints = list(dict.fromkeys(self.restricted_endpoints))
 
     def restriction_flag_value(self) -> str | None:
-        """``<endpoints>:<header>=<token>`` for --http-restricted-api / --grpc-restricted-protocol."""
-        if not self.restricted_endpoints:
+        """``<endpoints>:<header>=<token>`` for --http-restricted-api / --grpc-restricted-protocol; None when
+        nothing is restricted."""
+        if not self.restricted_endpoints or self.access_token is None:
             return None
         return f"{','.join(self.restricted_endpoints)}:{TRITON_ACCESS_HEADER}={self.access_token}"

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import zipfile
 
+from tritonrt.constants import PYTRITON_HOME
 from tritonrt.exceptions import PyTritonRuntimeError
 
 __all__ = [
@@ -59,8 +60,7 @@ def python_version_tag(version: tuple[int, int] | None = None) -> str:
 
 def cache_server_dir(python_version: str | None = None) -> pathlib.Path:
     """Where ``install-server`` puts the server for this Python version."""
-    cache_root = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
-    return cache_root / "tritonrt" / "server" / WHEEL_VERSION / f"py{python_version or python_version_tag()}"
+    return PYTRITON_HOME / "server" / WHEEL_VERSION / f"py{python_version or python_version_tag()}"
 
 
 def is_server_dir(path: pathlib.Path) -> bool:

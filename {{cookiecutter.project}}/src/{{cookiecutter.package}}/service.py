@@ -19,7 +19,7 @@ import time
 
 from tritonrt.exceptions import PyTritonError
 from tritonrt.model_config import DynamicBatcher, ModelConfig
-from tritonrt.triton import Triton, TritonConfig, TritonSecurityConfig
+from tritonrt.triton import Triton, TritonConfig, TritonLifecyclePolicy, TritonSecurityConfig
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.model import Model
@@ -78,7 +78,11 @@ def serve(settings: Settings) -> int:
     handlers = {sig: signal.signal(sig, lambda signum, _: received.append(signum)) for sig in _STOP_SIGNALS}
     try:
         security = TritonSecurityConfig(access_token=settings.access_token)
-        with Triton(config=triton_config(settings), security_config=security) as triton:
+        # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
+        # ready only once the model can serve (entering `with` would start an empty server first).
+        policy = TritonLifecyclePolicy(launch_triton_on_startup=False)
+        config = triton_config(settings)
+        with Triton(config=config, security_config=security, triton_lifecycle_policy=policy) as triton:
             bind(triton, model, settings)
             triton.run()
             LOGGER.info(
