@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from tritonrt.exceptions import PyTritonRuntimeError
 from tritonrt.server.install import find_or_install_server
-from tritonrt.triton import Triton, TritonConfig, TritonSecurityConfig
+from tritonrt.triton import RecoveryPolicy, Triton, TritonConfig, TritonSecurityConfig
 
 CLIENT_TIMEOUT_S = 60.0
 
@@ -153,10 +153,13 @@ class RunningServer:
 
 @contextlib.contextmanager
 def triton_server(
-    config: TritonConfig, security_config: TritonSecurityConfig | None = None, run: bool = True
+    config: TritonConfig,
+    security_config: TritonSecurityConfig | None = None,
+    run: bool = True,
+    recovery: RecoveryPolicy | None = None,
 ) -> Iterator[RunningServer]:
     """A Triton (no models yet), started when ``run``; stopped, its clients closed, on exit."""
-    triton = Triton(config=config, security_config=security_config)
+    triton = Triton(config=config, security_config=security_config, recovery=recovery)
     server = RunningServer(triton)
     try:
         if run:
@@ -180,12 +183,15 @@ def start_triton(server_dir, free_triton_config) -> Iterator[Callable[..., Runni
 
 @pytest.fixture
 def new_triton(server_dir, free_triton_config) -> Iterator[Callable[..., RunningServer]]:
-    """Factory: ``new_triton(security_config=None, **config_overrides)``, a Triton on free ports that is
-    *not* started yet (the test runs it); stopped after the test."""
+    """Factory: ``new_triton(security_config=None, recovery=None, **config_overrides)``, a Triton on free ports
+    that is *not* started yet (the test runs it); stopped after the test."""
     with contextlib.ExitStack() as stack:
 
-        def new(security_config: TritonSecurityConfig | None = None, **overrides) -> RunningServer:
-            return stack.enter_context(triton_server(free_triton_config(**overrides), security_config, run=False))
+        def new(
+            security_config: TritonSecurityConfig | None = None, recovery: RecoveryPolicy | None = None, **overrides
+        ) -> RunningServer:
+            config = free_triton_config(**overrides)
+            return stack.enter_context(triton_server(config, security_config, run=False, recovery=recovery))
 
         yield new
 
