@@ -212,6 +212,7 @@ class _ModelHost:
         api = self._server_api()
         api.unload_model(name)
         api.load_model(name)
+        self._models[name].move_to_new_instances()  # an old instance may linger while Triton unloads it
 
     def _server_live(self) -> bool:
         return self._api is not None and self._api.is_live()

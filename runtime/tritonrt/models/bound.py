@@ -56,6 +56,11 @@ class BoundModel:
             worker.start()
             self._workers.append(worker)
 
+    def move_to_new_instances(self) -> None:
+        """After the model was unloaded and loaded again: each worker leaves its old instance for the new one."""
+        for worker in self._workers:
+            worker.move_to_new_instance()
+
     def stop(self) -> None:
         """Stop and join the workers."""
         for worker in self._workers:

@@ -17,7 +17,7 @@ their checked responses; what it gets back goes to the client request by request
 
 Example::
 
-    outcomes = answer_each(run, requests, retry=retries_allowed(infer_callable))
+    outcomes = answer_each(run, requests, retry=retries_allowed(infer_callable), model="double")
     # [{"y": array(...)}, RequestError("ValueError: x must be positive"), {"y": array(...)}]
 """
 
@@ -47,11 +47,12 @@ def describe(error: BaseException) -> str:
 
 
 def answer_each(
-    run: Callable[[list[_R]], Sequence[_T]], requests: list[_R], *, retry: bool, model: str = "the model"
+    run: Callable[[list[_R]], Sequence[_T]], requests: list[_R], *, retry: bool, model: str
 ) -> list[_T | RequestError]:
     """Run ``requests`` as one batch; if that raises, run each alone (when ``retry``): one outcome each.
 
-    ``run(batch)`` returns one response per request of ``batch`` or raises. ``PyTritonUnrecoverableError``
+    ``run(batch)`` returns one response per request of ``batch`` or raises; ``model`` names the model in
+    messages. ``PyTritonUnrecoverableError``
     propagates. The batch's own error is dropped (with its traceback) before any request runs again.
     """
     try:
@@ -60,14 +61,14 @@ def answer_each(
         raise
     except Exception as error:
         message = describe(error)
-        LOGGER.debug("inference callable of %s raised for a batch of %d", model, len(requests), exc_info=True)
+        LOGGER.debug("inference callable of %r raised for a batch of %d", model, len(requests), exc_info=True)
     count = len(requests)
     if count == 1:
         return [RequestError(message)]
     if not retry:
-        LOGGER.warning("The inference callable of %s raised for a batch of %d requests: %s", model, count, message)
+        LOGGER.warning("The inference callable of %r raised for a batch of %d requests: %s", model, count, message)
         shared = RequestError(
-            f"The inference callable of {model} raised for the batch of {count} requests this one was part of, "
+            f"The inference callable of model {model!r} raised for the batch of {count} requests this one was part of, "
             "and it is marked @no_retry, so every request of the batch fails; the error is in the server's log."
         )
         return [shared] * count

@@ -13,6 +13,12 @@ backend stub process). The connection ends in three ordinary ways and one fault:
 
 Any worker calls :func:`peer_closed` once its connection has ended.
 
+The converse: when the owner reloads a model after such a fault, Triton unloads the old model only once each
+old instance has been finalized, and with one of them dead that can take tens of seconds; meanwhile the new
+instance waits in the listen queue of a worker still held by the old one's connection. Since the old model
+takes no more requests once unloaded, the owner then calls :func:`move_to_waiting` for each worker: the
+worker finishes what it is answering, stops reading from the old connection and accepts the new one.
+
 Example::
 
     finally:
@@ -27,19 +33,34 @@ import socket
 import threading
 from collections.abc import Callable
 
-__all__ = ["peer_closed"]
+__all__ = ["move_to_waiting", "peer_closed"]
+
+
+def _waiting(listener: socket.socket) -> bool:
+    """True when a connection waits to be accepted (False for a closed listener)."""
+    try:
+        return bool(select.select([listener], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
+def move_to_waiting(listener: socket.socket, current: socket.socket | None) -> bool:
+    """If a new instance waits on ``listener``, end the reading side of ``current`` (the old instance's
+    connection): a worker waiting for its next request sees the connection end and accepts the new one; one
+    answering a request sends its answer first. Return whether it did."""
+    if current is None or not _waiting(listener):
+        return False
+    try:
+        current.shutdown(socket.SHUT_RD)
+    except OSError:  # closed meanwhile: the worker has moved on by itself
+        return False
+    return True
 
 
 def peer_closed(listener: socket.socket, stopping: threading.Event, on_lost: Callable[[], None] | None) -> bool:
     """After a connection to ``listener``'s worker ended: call ``on_lost()`` unless the worker is stopping or a
     replacement instance already waits to be accepted. Return whether it was called."""
-    if on_lost is None or stopping.is_set():
-        return False
-    try:
-        waiting, _, _ = select.select([listener], [], [], 0)
-    except (OSError, ValueError):  # the listener is closed: the worker is going away
-        return False
-    if waiting:
+    if on_lost is None or stopping.is_set() or listener.fileno() < 0 or _waiting(listener):
         return False
     on_lost()
     return True

@@ -22,7 +22,7 @@ from tritonrt.model_config.checks import validate_outputs
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.proxy import protocol
 from tritonrt.proxy.isolation import answer_each, describe
-from tritonrt.proxy.peer import peer_closed
+from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
 
@@ -78,6 +78,11 @@ class CallableWorker(threading.Thread):
                 except OSError:
                     pass
 
+    def move_to_new_instance(self) -> None:
+        """After the owner reloaded the model: leave the old instance for a new one waiting (see proxy/peer.py)."""
+        channel = self._channel
+        move_to_waiting(self._listener, channel._sock if channel is not None else None)
+
     def run(self) -> None:
         try:
             while not self._stopping.is_set():
@@ -119,7 +124,7 @@ class CallableWorker(threading.Thread):
         try:
             if not self._config.decoupled:
                 # One outcome per request; a failed request's group carries its error as the group's extra.
-                groups = answer_each(self._run, requests, retry=self._retry, model=repr(self._config.model_name))
+                groups = answer_each(self._run, requests, retry=self._retry, model=self._config.model_name)
                 groups = [outcome if type(outcome) is tuple else (str(outcome), {}) for outcome in groups]
                 requests = None
                 channel.send(protocol.OK, groups, report_retained=True)
