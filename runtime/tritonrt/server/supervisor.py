@@ -250,8 +250,8 @@ class Supervisor:
                 LOGGER.warning("tritonserver restarted; its models are ready (%.1f s)", time.monotonic() - started)
             return
         self._give_up(
-            f"{reason}; it was restarted {budget.used()} time(s) in the last {window:.0f} s, the most "
-            f"RecoveryPolicy(server_restarts={budget.limit}) allows ({SERVER_RESTARTS_VARIABLE})"
+            f"{reason}; it was restarted {budget.used()} time(s) in the last {window:.0f} s, the most the "
+            f"RecoveryPolicy allows (server_restarts={budget.limit})"
         )
 
     def _reload(self, name: str) -> None:
@@ -285,5 +285,5 @@ class Supervisor:
             return
         self._give_up(
             f"{reason}; it was reloaded {budget.used()} time(s) in the last {self.policy.window_s:.0f} s, the "
-            f"most RecoveryPolicy(model_reloads={budget.limit}) allows ({MODEL_RELOADS_VARIABLE})"
+            f"most the RecoveryPolicy allows (model_reloads={budget.limit})"
         )
