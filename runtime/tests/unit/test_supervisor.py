@@ -209,3 +209,21 @@ def test_close_drops_a_recovery_that_waits(supervisors):
     supervisor.close()
     assert not supervisor.busy
     assert recorder.calls == ["restart"] and recorder.reasons == []
+
+
+def test_a_server_that_dies_as_its_restart_ends_is_restarted_again(supervisors):
+    recorder = Recorder()
+    supervisor: Supervisor
+    restarted = recorder.restart_server
+
+    def restart_that_dies_at_once() -> None:
+        restarted()
+        if recorder.calls.count("restart") == 1:
+            supervisor.server_exited(139)  # reported while the first restart is still being handled
+
+    recorder.restart_server = restart_that_dies_at_once
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.server_exited(134)
+    until(lambda: recorder.calls == ["restart", "restart"] and not supervisor.busy)
+    assert recorder.reasons == []

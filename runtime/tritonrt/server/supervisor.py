@@ -170,7 +170,8 @@ class Supervisor:
     def server_exited(self, code: int) -> None:
         """Report that tritonserver exited without being asked to (its exit code)."""
         with self._cv:
-            if self._closed or self._has("server"):
+            # A server restarted by the recovery under way (the head of the queue) may die too: queue that.
+            if self._closed or any(kind == "server" for kind, _ in list(self._events)[1:]):
                 return
             self._events.append(("server", str(code)))
             self._cv.notify_all()
