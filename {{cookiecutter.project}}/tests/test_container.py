@@ -319,7 +319,8 @@ def test_no_command_line_in_the_container_shows_the_access_token(
     top = engine.api.top(service.wrapped.id, ps_args="-eo pid,args")
     commands = [" ".join(process[top["Titles"].index("COMMAND") :]) for process in top["Processes"]]
     server = [command for command in commands if "bin/tritonserver" in command]
-    assert server and all("--http-restricted-api=(hidden by tritonrt)" in command for command in server), commands
+    hidden = "--http-restricted-api=(hidden by tritonrt)"
+    assert server and all(hidden in command for command in server), commands
     assert not any("triton-access-token=" in command for command in commands), commands
 
 
