@@ -64,6 +64,7 @@ from tritonrt.server.lifecycle import (
     choose_policy,
 )
 from tritonrt.server.process import TritonServerProcess, check_port_free
+from tritonrt.server.supervisor import RecoveryPolicy, Supervisor
 
 __all__ = [
     "DEFAULT_PROTECTED_ENDPOINTS",
@@ -72,6 +73,7 @@ __all__ = [
     "MONITORING_PERIOD_S",
     "VALID_TRITON_ENDPOINTS",
     "DefaultTritonLifecyclePolicy",
+    "RecoveryPolicy",
     "RemoteTriton",
     "Triton",
     "TritonConfig",
@@ -101,9 +103,13 @@ class _ModelHost:
         workspace: str | pathlib.Path | None,
         security_config: TritonSecurityConfig | None,
         lifecycle_policy: TritonLifecyclePolicy,
+        recovery: RecoveryPolicy | None = None,
     ):
         self._security = security_config or TritonSecurityConfig()
         self._policy = lifecycle_policy
+        self._recovery = recovery or RecoveryPolicy.from_env()
+        self._supervisor: Supervisor | None = None
+        self._generation = 0  # counts server starts: a report from an earlier one's workers is stale
         self._own_workspace = workspace is None
         self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
         self._workspace.mkdir(parents=True, exist_ok=True)
@@ -193,7 +199,8 @@ class _ModelHost:
         model.attach(self._open_socket_dir(), os.getpid(), self._shm_prefix)
         warm_up(model)  # before the model loads, as in PyTriton 0.7
         self._publish(model)
-        model.start(self._on_unrecoverable)
+        generation = self._generation
+        model.start(self._on_unrecoverable, lambda: self._on_peer_lost(model.name, generation))
 
     def _publish(self, model: BoundModel) -> None:
         """Make the model's files available to the server (here: its repository folder)."""
@@ -214,6 +221,42 @@ class _ModelHost:
             self._cv.notify_all()
         threading.Thread(target=self.stop, name="tritonrt-unrecoverable-stop", daemon=True).start()
 
+    def _on_peer_lost(self, name: str, generation: int) -> None:
+        """A worker of ``name`` lost its instance unasked: have the supervisor reload the model."""
+        supervisor = self._supervisor  # read without the lock: a restart may hold it while it stops this worker
+        if self._stopping or not self._running or generation != self._generation or supervisor is None:
+            return
+        supervisor.model_lost(name)
+
+    def _reload_model(self, name: str) -> None:
+        """Unload, then load ``name``: Triton reports it not ready from the unload on, until it is loaded."""
+        api = self._server_api()
+        api.unload_model(name)
+        api.load_model(name)
+        self._models[name].move_to_new_instances()  # an old instance may linger while Triton unloads it
+
+    def _server_live(self) -> bool:
+        return self._api is not None and self._api.is_live()
+
+    def _start_supervisor(self, restart_server: Callable[[], None] | None) -> None:
+        self._supervisor = Supervisor(
+            self._recovery,
+            restart_server=restart_server,
+            reload_model=self._reload_model,
+            server_live=self._server_live,
+            model_ready=lambda name: self._api is not None and self._api.is_model_ready(name),
+            give_up=self._on_unrecoverable,
+        )
+
+    def _stop_supervisor(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.close()
+            self._supervisor = None
+
+    def _recovering(self) -> bool:
+        supervisor = self._supervisor
+        return supervisor is not None and supervisor.busy
+
     def _close_models(self) -> None:
         for model in self._models.values():
             model.stop()
@@ -223,7 +266,9 @@ class _ModelHost:
             self._socket_dir = None
 
     def _models_alive(self) -> bool:
-        return self.failure is None and all(model.is_alive() for model in self._models.values())
+        if self.failure is not None:
+            return False
+        return self._recovering() or all(model.is_alive() for model in self._models.values())
 
     def serve(self, monitoring_period_s: float | None = None, *, monitoring_period_sec: float | None = None) -> None:
         """Run, then block until Ctrl+C (SIGINT), ``stop()`` (e.g. from a signal handler) or a failure; then stop
@@ -278,11 +323,13 @@ class Triton(_ModelHost):
         workspace: str | pathlib.Path | None = None,
         triton_lifecycle_policy: TritonLifecyclePolicy | None = None,
         security_config: TritonSecurityConfig | None = None,
+        recovery: RecoveryPolicy | None = None,
     ):
         vertex_ai = config is not None and bool(config.allow_vertex_ai)
-        super().__init__(workspace, security_config, choose_policy(triton_lifecycle_policy, vertex_ai))
+        super().__init__(workspace, security_config, choose_policy(triton_lifecycle_policy, vertex_ai), recovery)
         self._config = merge_with_environment(config)
         self._server: TritonServerProcess | None = None
+        self._server_files: tuple[pathlib.Path, dict[str, str]] | None = None  # (server dir, environment)
 
     @property
     def config(self) -> TritonConfig:
@@ -301,18 +348,15 @@ class Triton(_ModelHost):
             self._open_transport()
             self.failure = None
             self._stopping = False
+            self._server_files = server_dir, env
             try:
-                for model in self._models.values():
-                    self._prepare(model)
-                # Models bound before run() load during start-up, so the server is ready only once they are.
-                self._start_server(server_dir, env, [f"--load-model={name}" for name in self._models])
-                for model in self._models.values():
-                    trace.apply_trace_config(self._server_api(), model)
+                self._start_with_models()
             except BaseException:
                 self._stopping = True
                 self._shutdown()
                 raise
             self._running = True
+            self._start_supervisor(self._restart_server)
             atexit.register(self.stop)
 
     def connect(self) -> None:
@@ -323,6 +367,27 @@ class Triton(_ModelHost):
                 "This Triton's server is not running, so there is nothing to connect to: start it with run() or "
                 "serve() (entering `with Triton()` does, unless the lifecycle policy says otherwise)."
             )
+
+    def _start_with_models(self) -> None:
+        assert self._server_files is not None  # set by run()
+        self._generation += 1
+        for model in self._models.values():
+            self._prepare(model)
+        # Models bound before the start load during start-up, so the server is ready only once they are.
+        self._start_server(*self._server_files, [f"--load-model={name}" for name in self._models])
+        for model in self._models.values():
+            trace.apply_trace_config(self._server_api(), model)
+
+    def _restart_server(self) -> None:
+        """Start tritonserver again with the bound models, after it exited unasked (the supervisor's call)."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._close_models()  # the exited server's guard removed their folders and regions
+            self._api = None
+            self._check_ports()
+            self._open_transport()
+            self._start_with_models()
 
     def _model_repository(self) -> pathlib.Path:
         if self._config.model_repository is None:
@@ -362,8 +427,8 @@ class Triton(_ModelHost):
             shm_prefix=shm_prefix,
             cleanup=[self._open_socket_dir(), *([self._workspace] if self._own_workspace else [])],
             verbose=bool(self._config.log_verbose),
+            secrets=self._secrets(),
         )
-        self._server.register_on_exit(self._on_server_exit)
         self._server.start()
         http = self._config.allow_http is not False
         host = _client_host(self._config.http_address if http else self._config.grpc_address)
@@ -375,17 +440,28 @@ class Triton(_ModelHost):
         )
         self._server.wait_until_live(self._api.is_live, _startup_timeout_s())
         self._api.on_error_log = self._server.log_tail
+        generation = self._generation
+        self._server.register_on_exit(lambda code: self._on_server_exit(code, generation))
 
-    def _on_server_exit(self, code: int) -> None:
+    def _secrets(self) -> list[str]:
+        """The access tokens in the server's arguments, which the guard keeps off its command line."""
+        flags = (self._config.http_restricted_api, self._config.grpc_restricted_protocol)
+        return [self.get_access_token(), *(flag.rpartition("=")[2] for flag in flags if flag)]
+
+    def _on_server_exit(self, code: int, generation: int) -> None:
         with self._cv:
-            if not self._stopping:
-                self.failure = self.failure or f"tritonserver exited unexpectedly (exit code {code})"
-                LOGGER.error("%s", self.failure)
+            unasked = not self._stopping and generation == self._generation and self._supervisor is not None
             self._cv.notify_all()
+        if unasked and self._supervisor is not None:
+            self._supervisor.server_exited(code)
 
     def is_alive(self) -> bool:
-        """True while the server and every bound model's workers are running."""
-        return self._running and self._server is not None and self._server.is_alive() and self._models_alive()
+        """True while the server and every bound model's workers run, or while they are being brought back."""
+        if not self._running or self.failure is not None:
+            return False
+        if self._recovering():
+            return True
+        return self._server is not None and self._server.is_alive() and self._models_alive()
 
     def stop(self) -> bool:
         """Stop the server: in-flight requests finish (up to ``exit_timeout_secs``), then clean up.
@@ -399,6 +475,7 @@ class Triton(_ModelHost):
             was_running = self._running
             self._running = False
         atexit.unregister(self.stop)
+        self._stop_supervisor()
         stopped = was_running or self._server is not None
         if stopped:
             self._shutdown()
@@ -438,11 +515,12 @@ class RemoteTriton(_ModelHost):
         access_token: str | None = None,
         *,
         model_repository: str | pathlib.Path | None = None,
+        recovery: RecoveryPolicy | None = None,
     ):
         security = TritonSecurityConfig(access_token=access_token, restricted_endpoints=[])  # only holds the token
         # Nothing of a RemoteTriton's lives in its workspace but the socket folder: without one, the temp folder.
         base = workspace if workspace is not None else tempfile.gettempdir()
-        super().__init__(base, security, TritonLifecyclePolicy(launch_triton_on_startup=True))
+        super().__init__(base, security, TritonLifecyclePolicy(launch_triton_on_startup=True), recovery)
         self._socket_parent = None if workspace is None else self._workspace
         self._api = ServerApi.from_url(url, token=access_token)
         self._remote = RemoteModels(self._api, access_token, model_repository)
@@ -469,6 +547,7 @@ class RemoteTriton(_ModelHost):
             except BaseException:
                 self.stop()
                 raise
+            self._start_supervisor(None)  # the server is not ours to restart: its models are reloaded
             atexit.register(self.stop)
 
     run = connect
@@ -488,6 +567,7 @@ class RemoteTriton(_ModelHost):
             self._running = False
             self._stopping = True
         atexit.unregister(self.stop)
+        self._stop_supervisor()
         for model in self._models.values():
             self._remote.unload(model)
         self._close_models()

@@ -103,7 +103,7 @@ def start_service(log: Path, command: list[str] | None = None, **settings: str) 
     service = Service(process, log, http_port, grpc_port, metrics_port)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     # Started: the service says so (after tritonrt's run() returned) and every model answers as ready.
-    while "Serving model" not in service.output() or not all(_model_ready(service, n) for n in MODEL_NAMES):
+    while "Serving model" not in service.output() or not all(model_ready(service, n) for n in MODEL_NAMES):
         if process.poll() is not None:
             pytest.fail(f"The service exited with {process.returncode} while starting:\n{service.output()}")
         if time.monotonic() > deadline:
@@ -113,7 +113,8 @@ def start_service(log: Path, command: list[str] | None = None, **settings: str) 
     return service
 
 
-def _model_ready(service: Service, model_name: str) -> bool:
+def model_ready(service: Service, model_name: str) -> bool:
+    """True when the service answers that ``model_name`` is ready."""
     address = f"{service.http_url}/v2/models/{model_name}/ready"
     try:
         with urllib.request.urlopen(address, timeout=5) as response:

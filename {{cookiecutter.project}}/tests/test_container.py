@@ -4,7 +4,8 @@ Builds the Dockerfile (``BASE_IMAGE`` from the environment, else the Dockerfile'
 network at all when ``wheels/`` holds wheels, which proves the wheelhouse is complete), starts the image
 with shared memory, its ports published and all GPUs when the engine has the NVIDIA runtime, waits for
 ``/v2/health/ready``, then checks inference over HTTP and gRPC through the client, a short load test with
-its gates, the non-root user, the HEALTHCHECK, draining on SIGTERM and the exit when the service dies.
+its gates, the non-root user, the HEALTHCHECK, draining on SIGTERM, the exit when the service dies, the
+restart of a tritonserver that died and the access token kept off every command line.
 Prints the image build time, the image size above the base and the time from start to ready. The image
 stays tagged ``{{ cookiecutter.project }}:test``, so the next run reuses its layers.
 
@@ -331,3 +332,40 @@ def test_the_container_exits_non_zero_when_the_service_dies(fresh: Callable[...,
     assert re.fullmatch(rb"\d+\s*", output), f"no `python -m {module}` process was killed: {output!r}"
     assert running.wait_exit(60) != 0, running.logs()
     assert running.wrapped.status == "exited"
+
+
+def test_no_command_line_in_the_container_shows_the_access_token(
+    engine: docker.DockerClient, service: Running
+) -> None:
+    # Docker's default seccomp profile lets a process trace its child: the guard hides the token's argument.
+    top = engine.api.top(service.wrapped.id, ps_args="-eo pid,args")
+    commands = [" ".join(process[top["Titles"].index("COMMAND") :]) for process in top["Processes"]]
+    server = [command for command in commands if "bin/tritonserver" in command]
+    hidden = "--http-restricted-api=(hidden by tritonrt)"
+    assert server and all(hidden in command for command in server), commands
+    assert not any("triton-access-token=" in command for command in commands), commands
+
+
+def test_a_dead_tritonserver_is_restarted_in_the_container(fresh: Callable[..., Running]) -> None:
+    running = fresh()
+    kill = (
+        "import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        with open(f'/proc/{pid}/cmdline', 'rb') as f:\n"
+        "            command = f.read().split(b'\\0')\n"
+        "    except OSError:  # gone meanwhile\n"
+        "        continue\n"
+        "    if command[0].endswith(b'/bin/tritonserver'):\n"
+        "        os.kill(int(pid), signal.SIGKILL)\n"
+        "        print(pid)\n"
+    )
+    _, output = running.wrapped.exec_run(["python", "-c", kill])
+    assert re.fullmatch(rb"\d+\s*", output), f"no tritonserver was killed: {output!r}"
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while "tritonserver restarted" not in running.logs() or not _ready(running.http_url):
+        assert running.wrapped.status == "running", running.logs()
+        assert time.monotonic() < deadline, running.logs()
+        time.sleep(0.2)
+    with Client(running.http_url) as client:
+        assert_outputs_equal(dataclasses.asdict(client.predict(**spec.example_inputs())), expected_outputs())

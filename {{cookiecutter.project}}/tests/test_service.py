@@ -3,15 +3,16 @@
 """Integration tests: the service on a local tritonserver, called through the client over HTTP and gRPC."""
 
 from __future__ import annotations
-{% if batching %}
+
+import ipaddress
+import os
+{%- if batching %}
 import re
 import signal
 {%- endif %}
 import subprocess
 import sys
-{%- if batching %}
 import time
-{%- endif %}
 import urllib.error
 import urllib.request
 {%- if batching %}
@@ -23,17 +24,21 @@ import psutil
 import pytest
 from conftest import (
     ACCESS_TOKEN,
+    MODEL_NAMES,
     PACKAGE,
     PROJECT_DIR,
     Service,
     assert_outputs_equal,
     expected_outputs,
+    model_ready,
     outputs_of,
     start_service,
 )
+from tritonrt.client.exceptions import PyTritonClientError
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.client import AsyncClient, Client{{ ", Prediction" if batching }}
+from {{ cookiecutter.package }}.settings import PREFIX
 
 pytestmark = pytest.mark.integration
 PROTOCOLS = ["http", "grpc"]
@@ -171,12 +176,86 @@ def pending_requests(service: Service) -> int:
 {%- endif %}
 
 
-def test_the_service_exits_non_zero_when_tritonserver_dies(tmp_path: Path) -> None:
+def tritonserver_of(service: Service) -> psutil.Process:
+    children = psutil.Process(service.process.pid).children(recursive=True)
+    return next(child for child in children if child.name() == "tritonserver")
+
+
+def test_a_dead_tritonserver_is_restarted_and_serves_again(tmp_path: Path) -> None:
     service = start_service(tmp_path / "service.log")
     try:
-        children = psutil.Process(service.process.pid).children(recursive=True)
-        next(child for child in children if child.name() == "tritonserver").kill()
-        assert service.process.wait(timeout=120) == 1, service.output()
-        assert "Triton stopped serving" in service.output()
+        dead = tritonserver_of(service)
+        dead.kill()
+        deadline = time.monotonic() + WAIT_S
+        while "tritonserver restarted" not in service.output():
+            assert service.process.poll() is None, service.output()
+            assert time.monotonic() < deadline, service.output()
+            time.sleep(0.2)
+        assert all(model_ready(service, name) for name in MODEL_NAMES)
+        with Client(service.http_url) as client:
+            assert_outputs_equal(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
+        assert tritonserver_of(service).pid != dead.pid
+        assert "SIGKILL" in service.output()
+        assert service.stop() == 0, service.output()
     finally:
         service.stop()
+
+
+def test_the_service_exits_non_zero_when_tritonserver_dies_and_restarts_are_off(tmp_path: Path) -> None:
+    service = start_service(tmp_path / "service.log", RESTARTS="0")
+    try:
+        tritonserver_of(service).kill()
+        assert service.process.wait(timeout=WAIT_S) == 1, service.output()
+        assert "Triton stopped serving" in service.output()
+        assert f"{PREFIX}RESTARTS=0" in service.output()
+    finally:
+        service.stop()
+
+
+def test_requiring_the_token_closes_every_endpoint_but_health(tmp_path: Path) -> None:
+    service = start_service(tmp_path / "service.log", ACCESS_TOKEN=ACCESS_TOKEN, REQUIRE_TOKEN="true")
+    try:
+        with urllib.request.urlopen(f"{service.http_url}/v2/health/ready", timeout=30) as response:
+            assert response.status == 200
+        for protocol in PROTOCOLS:
+            with pytest.raises(PyTritonClientError, match="access"):
+                with Client(url(service, protocol), init_timeout_s=30) as client:
+                    client.predict(**spec.example_inputs())
+            with Client(url(service, protocol), access_token=ACCESS_TOKEN) as client:
+                prediction = client.predict(**spec.example_inputs())
+            assert_outputs_equal(outputs_of(prediction), expected_outputs())
+        command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.grpc_url, "--timeout-s", "30"]
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 1
+        environment = {**os.environ, f"{PREFIX}ACCESS_TOKEN": ACCESS_TOKEN}
+        sent = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+        assert sent.returncode == 0, sent.stderr
+    finally:
+        service.stop()
+
+
+def loopback(ip: str) -> bool:
+    """127.0.0.1, or its IPv6 form ::ffff:127.0.0.1 (gRPC listens on an IPv6 socket)."""
+    address = ipaddress.ip_address(ip)
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return (mapped or address).is_loopback
+
+
+def test_outside_the_image_it_listens_on_loopback_and_no_command_line_shows_the_token(
+    service: Service,
+) -> None:
+    ports = {service.http_port, service.grpc_port, service.metrics_port}
+    listening = [
+        connection.laddr
+        for connection in tritonserver_of(service).net_connections(kind="inet")
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port in ports
+    ]
+    assert sorted(address.port for address in listening) == sorted(ports)
+    assert all(loopback(address.ip) for address in listening), listening
+    shown = []
+    for entry in Path("/proc").iterdir():
+        try:
+            shown.append((entry / "cmdline").read_bytes())
+        except OSError:
+            continue  # not a process, or gone meanwhile
+    assert not any(ACCESS_TOKEN.encode() in arguments for arguments in shown)

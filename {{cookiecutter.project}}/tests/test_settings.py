@@ -20,7 +20,7 @@ def env(**variables: str) -> dict[str, str]:
 
 def test_defaults_when_nothing_is_set() -> None:
     assert Settings.from_env({}) == Settings()
-    assert Settings() == Settings(8000, 8001, 8002, "INFO", 1, 100, None, 30)
+    assert Settings() == Settings(8000, 8001, 8002, "INFO", 1, 100, None, 30, False, "127.0.0.1", 3)
 
 
 def test_every_variable_is_read() -> None:
@@ -34,9 +34,12 @@ def test_every_variable_is_read() -> None:
             MAX_QUEUE_DELAY_US="0",
             ACCESS_TOKEN=TOKEN,
             EXIT_TIMEOUT_S="5",
+            REQUIRE_TOKEN="yes",
+            BIND_ADDRESS="0.0.0.0",
+            RESTARTS="0",
         )
     )
-    assert settings == Settings(9000, 9001, 9002, "DEBUG", 3, 0, TOKEN, 5)
+    assert settings == Settings(9000, 9001, 9002, "DEBUG", 3, 0, TOKEN, 5, True, "0.0.0.0", 0)
 
 
 def test_empty_values_mean_the_default() -> None:
@@ -55,6 +58,10 @@ def test_empty_values_mean_the_default() -> None:
         ("INSTANCES", "1.5", "whole number from 1 to 64"),
         ("MAX_QUEUE_DELAY_US", "10000001", "whole number from 0 to 10000000"),
         ("EXIT_TIMEOUT_S", "soon", "whole number from 0 to 3600"),
+        ("RESTARTS", "-1", "whole number from 0 to 100"),
+        ("REQUIRE_TOKEN", "maybe", "true or false"),
+        ("BIND_ADDRESS", "localhost", "must be an IP address, e.g. 127.0.0.1"),
+        ("BIND_ADDRESS", "10.0.0.300", "must be an IP address"),
     ],
 )
 def test_a_bad_value_names_the_variable_the_value_and_the_rule(name: str, value: str, rule: str) -> None:
@@ -71,6 +78,16 @@ def test_a_bad_access_token_is_rejected_without_being_shown(token: str) -> None:
     assert f"{PREFIX}ACCESS_TOKEN" in str(error.value)
     assert "16 to 256 characters" in str(error.value)
     assert token not in str(error.value)
+
+
+def test_requiring_the_token_needs_one_set() -> None:
+    with pytest.raises(SettingsError, match=f"{PREFIX}REQUIRE_TOKEN=true needs {PREFIX}ACCESS_TOKEN"):
+        Settings.from_env(env(REQUIRE_TOKEN="true"))
+    assert Settings.from_env(env(REQUIRE_TOKEN="true", ACCESS_TOKEN=TOKEN)).require_token
+
+
+def test_ipv6_addresses_are_accepted() -> None:
+    assert Settings.from_env(env(BIND_ADDRESS="::1")).bind_address == "::1"
 
 
 def test_the_ports_must_differ() -> None:

@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 
 from tritonrt.exceptions import PyTritonBadParameterError
 from tritonrt.model_config import Tensor
-from tritonrt.triton import RemoteTriton, Triton
+from tritonrt.triton import RecoveryPolicy, RemoteTriton, Triton
 
 pytestmark = pytest.mark.integration
 
@@ -64,18 +64,16 @@ def wait_until(predicate, timeout_s: float) -> bool:
 
 
 def server_tree(triton: Triton) -> dict[str, list[psutil.Process]]:
-    """The processes this Triton started, by kind (found as children of this process)."""
+    """The processes this Triton started, by kind (found as children of this process; the guard is
+    tritonserver's parent)."""
     tree: dict[str, list[psutil.Process]] = {"guard": [], "tritonserver": [], "stub": []}
     for process in descendants(os.getpid()):
         cmdline = " ".join(process.cmdline())
-        if str(triton.config.http_port) not in cmdline and "triton_python_backend_stub" not in cmdline:
-            continue
-        if "tritonrt.server.guard" in cmdline:
-            tree["guard"].append(process)
-        elif "triton_python_backend_stub" in cmdline:
+        if "triton_python_backend_stub" in cmdline:
             tree["stub"].append(process)
-        elif "tritonserver" in cmdline:
+        elif "bin/tritonserver" in cmdline and f"--http-port={triton.config.http_port}" in cmdline:
             tree["tritonserver"].append(process)
+            tree["guard"].append(process.parent())
     return tree
 
 
@@ -83,12 +81,13 @@ def shm_segments(prefix: str) -> list[str]:
     return sorted(path.name for path in pathlib.Path("/dev/shm").glob(prefix + "*"))
 
 
-def guard_arguments(guard: psutil.Process) -> tuple[str, list[str]]:
-    """(shm prefix, cleanup dirs) from the guard's command line."""
-    args = guard.cmdline()
-    prefix = args[args.index("--shm-prefix") + 1]
-    cleanup = [args[i + 1] for i, arg in enumerate(args) if arg == "--cleanup"]
-    return prefix, cleanup
+def cleanup_of(tritonserver: psutil.Process, owner: psutil.Process) -> tuple[str, list[str]]:
+    """(shm prefix, folders the guard removes) of a server: the prefix from its command line, the owner's
+    socket folders from the sockets its workers listen on, and the workspace."""
+    args = tritonserver.cmdline()
+    prefix = next(arg.rpartition("=")[2] for arg in args if "shm-region-prefix-name=" in arg)
+    sockets = {str(pathlib.Path(c.laddr).parent) for c in owner.net_connections("unix") if c.laddr.endswith(".sock")}
+    return prefix, [*sockets, str(server_workspace(tritonserver))]
 
 
 def server_workspace(tritonserver: psutil.Process) -> pathlib.Path:
@@ -146,7 +145,8 @@ def test_stop_leaves_nothing_behind(new_triton):
     assert server.infer("grpc", "twice", LARGE)["y"].sum() == 2 * LARGE["x"].size
     tree = server_tree(server.triton)
     assert [len(tree[kind]) for kind in ("guard", "tritonserver", "stub")] == [1, 1, 1]
-    prefix, cleanup = guard_arguments(tree["guard"][0])
+    prefix, cleanup = cleanup_of(tree["tritonserver"][0], psutil.Process())
+    assert len(cleanup) == 2, cleanup
     workspace = server_workspace(tree["tritonserver"][0])
     assert shm_segments(prefix), "the server should use shared memory segments under its prefix"
     server.close_clients()
@@ -233,12 +233,12 @@ def test_stop_lets_in_flight_requests_finish(new_triton, caplog):
     assert not server.triton.is_alive()
 
 
-def test_server_killed_makes_serve_return_with_failure(new_triton):
-    server = new_triton()
+def test_server_killed_makes_serve_return_with_failure_when_restarts_are_off(new_triton):
+    server = new_triton(recovery=RecoveryPolicy(server_restarts=0))
     server.triton.bind("twice", times(2), [X], [Y])
     server.triton.run()
     tree = server_tree(server.triton)
-    prefix, _ = guard_arguments(tree["guard"][0])
+    prefix, _ = cleanup_of(tree["tritonserver"][0], psutil.Process())
     serving = threading.Thread(target=server.triton.serve, kwargs={"monitoring_period_sec": 0.5}, daemon=True)
     serving.start()
     tree["tritonserver"][0].send_signal(signal.SIGKILL)
@@ -285,12 +285,13 @@ def test_kill_9_of_the_owner_leaves_nothing_behind(server_dir, free_triton_confi
             assert client.infer("echo", [tensor]).as_numpy("y").shape == LARGE["x"].shape
         tree = descendants(owner.pid)
         kinds = [" ".join(process.cmdline()) for process in tree]
-        guard = next(p for p, cmd in zip(tree, kinds, strict=True) if "tritonrt.server.guard" in cmd)
+        assert any("tritonrt.server.guard" in cmd for cmd in kinds)
         assert any("triton_python_backend_stub" in cmd for cmd in kinds)
-        assert any("bin/tritonserver" in cmd and "guard" not in cmd for cmd in kinds)
-        prefix, cleanup = guard_arguments(guard)
+        tritonserver = next(p for p in tree if p.cmdline()[0].endswith("bin/tritonserver"))
+        prefix, cleanup = cleanup_of(tritonserver, psutil.Process(owner.pid))
+        assert len(cleanup) == 2, cleanup
         session_shm_prefixes.add(prefix)
-        workspace = server_workspace(next(p for p in tree if p.cmdline()[0].endswith("bin/tritonserver")))
+        workspace = server_workspace(tritonserver)
         assert shm_segments(prefix)
     finally:
         owner.kill()

@@ -1,15 +1,21 @@
-"""Restricted endpoints need the access token (HTTP header / gRPC metadata); the rest stays open."""
+"""Restricted endpoints need the access token (HTTP header / gRPC metadata); the rest stays open; the token
+shows on no process's command line."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import pathlib
+import stat
 
 import numpy as np
+import psutil
 import pytest
 from tritonclient.utils import InferenceServerException
 
 from tritonrt.model_config import Tensor
+from tritonrt.server.hidden_args import HIDDEN_VARIABLE_PREFIX
 from tritonrt.triton import (
     DEFAULT_PROTECTED_ENDPOINTS,
     GRPC_ACCESS_HEADER,
@@ -126,3 +132,40 @@ def test_no_restricted_endpoints_opens_everything(open_server):
     status, body = http_call(open_server, "POST", "/v2/repository/index")
     assert status == 200 and json.loads(body)[0]["name"] == "echo"
     assert [model.name for model in open_server.grpc.get_model_repository_index().models] == ["echo"]
+
+
+def command_lines() -> dict[int, bytes]:
+    """Every process's arguments, as ``ps`` shows them to any local user."""
+    found = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+    return found
+
+
+@pytest.mark.parametrize("fixture", ["default_server", "inference_protected"])
+def test_the_access_token_is_on_no_command_line(fixture, request):
+    server = request.getfixturevalue(fixture)
+    token = server.token.encode()
+    tritonserver = next(
+        process
+        for process in psutil.Process().children(recursive=True)
+        if f"--http-port={server.triton.config.http_port}" in " ".join(process.cmdline())
+    )
+    guard = tritonserver.parent()
+    shown = command_lines()
+    assert [pid for pid, arguments in shown.items() if token in arguments] == []
+    assert guard.cmdline()[1:] == ["-m", "tritonrt.server.guard"]
+    assert "--http-restricted-api=(hidden by tritonrt)" in tritonserver.cmdline()
+    assert "--grpc-restricted-protocol=(hidden by tritonrt)" in tritonserver.cmdline()
+    # The hidden flags took effect: the restricted endpoint opens with the token and only with it.
+    assert http_call(server, "POST", "/v2/repository/index")[0] == 403
+    assert http_call(server, "POST", "/v2/repository/index", token=server.token)[0] == 200
+    # The server's environment (where the flags were passed) is readable by its owner only, and its children
+    # (the stubs) do not inherit them.
+    assert stat.S_IMODE(os.stat(f"/proc/{tritonserver.pid}/environ").st_mode) == 0o400
+    for stub in tritonserver.children():
+        assert not any(name.startswith(HIDDEN_VARIABLE_PREFIX) for name in stub.environ()), stub.cmdline()

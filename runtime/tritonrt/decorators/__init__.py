@@ -18,8 +18,9 @@ decorated callable is then an awaitable, a generator or an async generator of co
 
 The package is split by topic: :mod:`~tritonrt.decorators.batching` (@batch, @sample, @pad_batch),
 :mod:`~tritonrt.decorators.grouping` (@group_by_keys, @group_by_values, ConstantPadder),
-:mod:`~tritonrt.decorators.inputs` (@fill_optionals, @first_value, @triton_context) and
-:mod:`~tritonrt.decorators.outputs` (convert_output); the callable's context lives in :mod:`tritonrt.context`.
+:mod:`~tritonrt.decorators.inputs` (@fill_optionals, @first_value, @triton_context),
+:mod:`~tritonrt.decorators.outputs` (convert_output) and :mod:`~tritonrt.decorators.retry` (@no_retry, tritonrt's
+own); the callable's context lives in :mod:`tritonrt.context`.
 Import everything from here, as from ``pytriton.decorators``.
 """
 
@@ -43,6 +44,7 @@ from tritonrt.decorators.batching import batch, pad_batch, sample
 from tritonrt.decorators.grouping import ConstantPadder, group_by_keys, group_by_values
 from tritonrt.decorators.inputs import fill_optionals, first_value, triton_context
 from tritonrt.decorators.outputs import convert_output
+from tritonrt.decorators.retry import no_retry
 
 __all__ = [
     "ConstantPadder",
@@ -64,6 +66,7 @@ __all__ = [
     "get_triton_context",
     "group_by_keys",
     "group_by_values",
+    "no_retry",
     "pad_batch",
     "sample",
     "triton_context",

@@ -81,8 +81,9 @@ class BoundModel:
         self._connection = ModelConnection(socket_dir, self.key, len(self.callables), owner_pid, shm_prefix)
         self.config.backend_parameters.update(self._connection.backend_parameters())
 
-    def start(self, on_unrecoverable: Callable[[str], None]) -> None:
-        """Bind the workers' sockets (where :meth:`attach` said) and start their threads."""
+    def start(self, on_unrecoverable: Callable[[str], None], on_peer_lost: Callable[[], None] | None = None) -> None:
+        """Bind the workers' sockets (where :meth:`attach` said) and start their threads; ``on_peer_lost()`` is
+        called when an instance of the model goes away unasked (see :mod:`tritonrt.proxy.peer`)."""
         connection = self._connection
         if connection is None:
             raise RuntimeError("BoundModel.start() before attach(): attach the model first")
@@ -96,9 +97,15 @@ class BoundModel:
                 strict=self.strict,
                 region_prefix=region_prefix,
                 on_unrecoverable=on_unrecoverable,
+                on_peer_lost=on_peer_lost,
             )
             worker.start()
             self._workers.append(worker)
+
+    def move_to_new_instances(self) -> None:
+        """After the model was unloaded and loaded again: each worker leaves its old instance for the new one."""
+        for worker in self._workers:
+            worker.move_to_new_instance()
 
     def stop(self) -> None:
         """Stop and join the workers."""

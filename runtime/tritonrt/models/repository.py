@@ -32,7 +32,7 @@ sys.path[:0] = [p for p in {entries!r} if p not in sys.path]
 for _site_dir in {site_dirs!r}:
     site.addsitedir(_site_dir)
 
-from tritonrt.proxy.model import TritonPythonModel  # noqa: E402,F401
+from tritonrt.proxy.per_request import TritonPythonModel  # noqa: E402,F401
 '''
 
 

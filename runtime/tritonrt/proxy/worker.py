@@ -16,10 +16,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tritonrt.decorators.retry import retries_allowed
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.model_config.checks import validate_outputs
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.proxy import protocol
+from tritonrt.proxy.isolation import answer_each, describe
+from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.transport import WORKER_SPIN_S, Channel, PeerGone
 from tritonrt.proxy.types import Request
 
@@ -32,7 +35,9 @@ class CallableWorker(threading.Thread):
     """Serve one inference callable on the Unix socket ``path`` until :meth:`stop`.
 
     ``region_prefix`` names the shared memory for large outputs; ``on_unrecoverable(message)`` is called
-    (from this thread) when the callable raises ``PyTritonUnrecoverableError``.
+    (from this thread) when the callable raises ``PyTritonUnrecoverableError``, ``on_peer_lost()`` when the
+    model's instance went away unasked (see :mod:`tritonrt.proxy.peer`). A failed batch is run again one
+    request at a time (see :mod:`tritonrt.proxy.isolation`).
     """
 
     def __init__(
@@ -44,6 +49,7 @@ class CallableWorker(threading.Thread):
         strict: bool,
         region_prefix: str | None,
         on_unrecoverable: Callable[[str], None],
+        on_peer_lost: Callable[[], None] | None = None,
     ):
         super().__init__(name=f"tritonrt-{model_config.model_name}-{path.stem}", daemon=True)
         self._callable = infer_callable
@@ -51,6 +57,8 @@ class CallableWorker(threading.Thread):
         self._strict = strict
         self._region_prefix = region_prefix
         self._on_unrecoverable = on_unrecoverable
+        self._on_peer_lost = on_peer_lost
+        self._retry = retries_allowed(infer_callable)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(path))
         path.chmod(0o600)
@@ -70,6 +78,11 @@ class CallableWorker(threading.Thread):
                 except OSError:
                     pass
 
+    def move_to_new_instance(self) -> None:
+        """After the owner reloaded the model: leave the old instance for a new one waiting (see proxy/peer.py)."""
+        channel = self._channel
+        move_to_waiting(self._listener, channel._sock if channel is not None else None)
+
     def run(self) -> None:
         try:
             while not self._stopping.is_set():
@@ -85,6 +98,7 @@ class CallableWorker(threading.Thread):
                     pass  # the stub went away (unload, restart or shutdown): wait for the next one
                 finally:
                     channel.close()
+                peer_closed(self._listener, self._stopping, self._on_peer_lost)
         except Exception as error:  # a bug in tritonrt: make the model not alive rather than hang
             LOGGER.exception("tritonrt worker for %s failed", self._config.model_name)
             self.failed = str(error)
@@ -108,18 +122,18 @@ class CallableWorker(threading.Thread):
         extras = groups = None
         count = len(requests)
         try:
-            result = self._callable(requests)
-            if type(result) is not list:  # anything but the common case: a plain list of responses
-                result = self._resolve(result)
-            if self._config.decoupled:
-                for responses in self._iterate(result):
-                    channel.send(protocol.PARTIAL, self._groups(responses, count))
-                result = requests = responses = None
-                channel.send(protocol.FINAL, report_retained=True)
+            if not self._config.decoupled:
+                # One outcome per request; a failed request's group carries its error as the group's extra.
+                groups = answer_each(self._run, requests, retry=self._retry, model=self._config.model_name)
+                groups = [outcome if type(outcome) is tuple else (str(outcome), {}) for outcome in groups]
+                requests = None
+                channel.send(protocol.OK, groups, report_retained=True)
                 return
-            groups = self._groups(result, count)
-            result = requests = None
-            channel.send(protocol.OK, groups, report_retained=True)
+            result = self._resolve(self._callable(requests))
+            for responses in self._iterate(result):
+                channel.send(protocol.PARTIAL, self._groups(responses, count))
+            result = requests = responses = None
+            channel.send(protocol.FINAL, report_retained=True)
             return
         except PyTritonUnrecoverableError as error:
             message = f"Unrecoverable error in model {self._config.model_name!r}: {error}"
@@ -128,12 +142,19 @@ class CallableWorker(threading.Thread):
             raise
         except Exception as error:
             LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
-            message, unrecoverable = _describe(error), False
+            message, unrecoverable = describe(error), False
         # Outside the handler: the exception and its traceback (which may hold the inputs) are gone.
         result = requests = responses = None
         channel.send(protocol.ERROR, note=message, report_retained=True)
         if unrecoverable:
             self._on_unrecoverable(message)
+
+    def _run(self, requests: list[Request]) -> list[tuple[Any, Mapping[str, Any]]]:
+        """Call the callable on ``requests``; return their checked responses as message groups."""
+        result = self._callable(requests)
+        if type(result) is not list:  # anything but the common case: a plain list of responses
+            result = self._resolve(result)
+        return self._groups(result, len(requests))
 
     def _resolve(self, result: Any) -> Any:
         """Await a coroutine's result; refuse a stream from a model that is not decoupled."""
@@ -191,8 +212,3 @@ class CallableWorker(threading.Thread):
         if self._strict:
             validate_outputs(self._config, responses)
         return groups
-
-
-def _describe(error: Exception) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,4 +1,5 @@
-"""The few server calls tritonrt itself makes: liveness and loading/unloading models (with the token)."""
+"""The few server calls tritonrt itself makes: liveness, model readiness and loading/unloading models (with the
+token)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,19 @@ class ServerApi:
 
             with grpcclient.InferenceServerClient(self.grpc_url) as client:
                 return client.is_server_live(headers=self._grpc_headers(), client_timeout=1)
+        except Exception:
+            return False
+
+    def is_model_ready(self, name: str) -> bool:
+        """True when the server reports model ``name`` ready (False too when it cannot be asked)."""
+        try:
+            if self.http_port is not None:
+                quoted = urllib.parse.quote(name, safe="")
+                return self._http("GET", f"/v2/models/{quoted}/ready", timeout=5)[0] == 200
+            import tritonclient.grpc as grpcclient
+
+            with grpcclient.InferenceServerClient(self.grpc_url) as client:
+                return client.is_model_ready(name, headers=self._grpc_headers(), client_timeout=5)
         except Exception:
             return False
 

@@ -1,16 +1,20 @@
 """The guard: a small parent for tritonserver that cleans up whatever way the owner goes.
 
-``python -m tritonrt.server.guard --shm-prefix P --cleanup DIR -- tritonserver ...``
+``python -m tritonrt.server.guard`` reads what to run from its standard input, one JSON object (see
+:func:`guard_spec`), so that neither the server's command line nor the access token in it shows in the
+guard's arguments: ``{"command": [...], "hidden": {"<i>": "<argument i>"}, "shm_prefix": P, "cleanup": [DIR]}``.
 
-It starts tritonserver as its child, becomes the subreaper of the server's stub processes, forwards
+It starts tritonserver as its child with the ``hidden`` arguments kept off the server's command line too
+(:mod:`tritonrt.server.hidden_args`; where the system does not allow that, it says so on its output and
+passes them as plain arguments), becomes the subreaper of the server's stub processes, forwards
 SIGINT/SIGTERM, and when tritonserver exits or the owning process dies (even by SIGKILL) it kills what is
 left (server, stubs), removes ``/dev/shm/<P>*`` and ``DIR``, then exits with the server's exit code.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
+import json
 import os
 import pathlib
 import shutil
@@ -18,8 +22,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 
-__all__ = ["main", "remove_shm"]
+from tritonrt.server.hidden_args import HiddenArgumentsError, spawn_hidden
+
+__all__ = ["guard_spec", "main", "remove_shm"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -77,16 +84,44 @@ def remove_shm(prefix: str) -> None:
             segment.unlink(missing_ok=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tritonrt-guard")
-    parser.add_argument("--shm-prefix", default="")
-    parser.add_argument("--cleanup", action="append", default=[], type=pathlib.Path)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+def guard_spec(
+    command: Sequence[str], hidden: Mapping[int, str], shm_prefix: str, cleanup: Sequence[pathlib.Path]
+) -> bytes:
+    """What the owner writes to the guard's standard input: the command (``hidden`` arguments in it are
+    replaced before it runs), the shared-memory prefix and the folders to remove."""
+    spec = {
+        "command": list(command),
+        "hidden": {str(index): argument for index, argument in hidden.items()},
+        "shm_prefix": shm_prefix,
+        "cleanup": [str(path) for path in cleanup],
+    }
+    return json.dumps(spec).encode()
+
+
+def _start(command: list[str], hidden: dict[int, str]) -> subprocess.Popen:
+    """Start the server with its hidden arguments off its command line, or, where that cannot be done, as
+    plain arguments, saying so (the owner logs lines starting with W as warnings)."""
+    if hidden:
+        try:
+            return spawn_hidden(command, hidden, os.environ, preexec=_die_with_parent, stdin=subprocess.DEVNULL)
+        except HiddenArgumentsError as error:
+            print(
+                f"W tritonrt: the access token could not be kept off tritonserver's command line ({error}): "
+                "local users can read it with ps. Allow a process to trace its children (Yama ptrace_scope <= 1, "
+                "ptrace in the seccomp profile) to hide it.",
+                flush=True,
+            )
+    visible = [hidden.get(index, argument) for index, argument in enumerate(command)]
+    return subprocess.Popen(visible, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.buffer.read())
+    command = [str(argument) for argument in spec["command"]]
+    hidden = {int(index): str(argument) for index, argument in spec.get("hidden", {}).items()}
     owner = os.getppid()
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    server = subprocess.Popen(command, preexec_fn=_die_with_parent)
+    server = _start(command, hidden)
 
     def forward(signum: int, _frame: object) -> None:
         if server.poll() is None:
@@ -101,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(_POLL_S)
     code = server.wait()
     _kill_descendants()
-    remove_shm(args.shm_prefix)
-    for path in args.cleanup:
+    remove_shm(spec.get("shm_prefix", ""))
+    for path in spec.get("cleanup", []):
         shutil.rmtree(path, ignore_errors=True)
     return code if code >= 0 else 128 - code
 

@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
+from tritonrt.server.guard import guard_spec
 
 __all__ = ["TritonServerProcess", "check_port_free"]
 
@@ -43,9 +44,11 @@ def check_port_free(port: int, address: str, what: str, setting: str) -> None:
 class TritonServerProcess:
     """One tritonserver process (under :mod:`tritonrt.server.guard`).
 
+    Arguments holding one of ``secrets`` stay off every command line (see :mod:`tritonrt.server.hidden_args`).
+
     Example::
 
-        server = TritonServerProcess(command, env, shm_prefix="tritonrt_x_", cleanup=[socket_dir])
+        server = TritonServerProcess(command, env, shm_prefix="tritonrt_x_", cleanup=[socket_dir], secrets=[token])
         server.start(); server.wait_until_live(probe=api.is_live, timeout_s=60); ...; server.stop(30)
     """
 
@@ -57,23 +60,28 @@ class TritonServerProcess:
         shm_prefix: str,
         cleanup: list[pathlib.Path],
         verbose: bool,
+        secrets: Sequence[str] = (),
     ):
-        self._guard_command = [
-            sys.executable, "-m", "tritonrt.server.guard", "--shm-prefix", shm_prefix,
-            *[arg for path in cleanup for arg in ("--cleanup", str(path))], "--", *command,
-        ]  # fmt: skip
+        hidden = {i: arg for i, arg in enumerate(command) if i and any(secret in arg for secret in secrets if secret)}
+        self._guard_input = guard_spec(command, hidden, shm_prefix, cleanup)
         self._env = env
         self._verbose = verbose
         self._process: subprocess.Popen | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self._on_exit: list[Callable[[int], None]] = []
+        self._exit_lock = threading.Lock()
+        self._exit_code: int | None = None
         self._started = threading.Event()
         self._exited = threading.Event()
         self._start_error: BaseException | None = None
 
     def register_on_exit(self, callback: Callable[[int], None]) -> None:
-        """Call ``callback(returncode)`` when the server exits, for whatever reason."""
-        self._on_exit.append(callback)
+        """Call ``callback(returncode)`` when the server exits, for whatever reason (at once if it has)."""
+        with self._exit_lock:
+            if self._exit_code is None:
+                self._on_exit.append(callback)
+                return
+        callback(self._exit_code)
 
     def start(self) -> None:
         """Start the server from a watcher thread that lives as long as the server."""
@@ -85,13 +93,16 @@ class TritonServerProcess:
     def _watch(self) -> None:
         try:
             self._process = subprocess.Popen(
-                self._guard_command,
+                [sys.executable, "-m", "tritonrt.server.guard"],
                 env=self._env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            assert self._process.stdin is not None  # stdin=PIPE
+            with self._process.stdin as spec:
+                spec.write(self._guard_input)
         except OSError as error:
             self._start_error = error
             self._started.set()
@@ -104,13 +115,16 @@ class TritonServerProcess:
             level = _LEVELS.get(line[:1], logging.INFO if self._verbose else logging.DEBUG)
             SERVER_LOGGER.log(level, "%s", line)
         code = self._process.wait()
-        self._exited.set()
         LOGGER.debug("tritonserver exited with %s", code)
-        for callback in list(self._on_exit):
+        with self._exit_lock:
+            self._exit_code = code
+            callbacks = list(self._on_exit)
+        for callback in callbacks:  # before is_alive() turns false: a restart can be under way by then
             try:
                 callback(code)
             except Exception:
                 LOGGER.exception("on-exit callback failed")
+        self._exited.set()
 
     def is_alive(self) -> bool:
         return self._process is not None and not self._exited.is_set()

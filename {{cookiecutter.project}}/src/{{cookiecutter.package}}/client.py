@@ -31,12 +31,18 @@ Example::
 Command line::
 
     python -m {{ cookiecutter.package }}.client --url grpc://localhost:8001
+
+A service started with ``{{ cookiecutter.package | upper }}_REQUIRE_TOKEN=true`` needs its access token:
+``Client(url, access_token=...)``; the command line reads it from the variable
+``{{ cookiecutter.package | upper }}_ACCESS_TOKEN`` (not from an argument, which any local user could read
+with ``ps``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 {%- if streaming %}
 from collections.abc import AsyncIterator, Iterator
@@ -51,6 +57,7 @@ from tritonrt.client.exceptions import PyTritonClientError
 from {{ cookiecutter.package }} import spec
 
 DEFAULT_URL = "http://localhost:8000"
+TOKEN_VARIABLE = "{{ cookiecutter.package | upper }}_ACCESS_TOKEN"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +72,8 @@ class Client:
     """Calls the model over HTTP or gRPC; one client may be shared by many threads.
 
     ``init_timeout_s`` bounds the wait for the server and model to be ready (before the first request),
-    ``inference_timeout_s`` the wait for each response.
+    ``inference_timeout_s`` the wait for each response; ``access_token`` is sent with every request (needed
+    when the service requires it).
 
     Example::
 
@@ -74,11 +82,20 @@ class Client:
     """
 
     def __init__(
-        self, url: str = DEFAULT_URL, *, init_timeout_s: float = 60.0, inference_timeout_s: float = 60.0
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        init_timeout_s: float = 60.0,
+        inference_timeout_s: float = 60.0,
+        access_token: str | None = None,
     ) -> None:
         self.url = url
-        self._timeouts = {"init_timeout_s": init_timeout_s, "inference_timeout_s": inference_timeout_s}
-        self._client = ModelClient(url, spec.MODEL_NAME, **self._timeouts)
+        self._options = {
+            "init_timeout_s": init_timeout_s,
+            "inference_timeout_s": inference_timeout_s,
+            "access_token": access_token,
+        }
+        self._client = ModelClient(url, spec.MODEL_NAME, **self._options)
 {%- if streaming %}
         self._stream_client: DecoupledModelClient | None = None
 {%- endif %}
@@ -120,7 +137,7 @@ class Client:
 {{ arguments(false) }}
         """
         if self._stream_client is None:
-            self._stream_client = DecoupledModelClient(self.url, spec.STREAM_MODEL_NAME, **self._timeouts)
+            self._stream_client = DecoupledModelClient(self.url, spec.STREAM_MODEL_NAME, **self._options)
         responses = self._stream_client.infer_sample(**_inputs(locals(), batched=False))
         return (_prediction(outputs) for outputs in responses)
 {%- endif %}
@@ -136,10 +153,19 @@ class AsyncClient:
     """
 
     def __init__(
-        self, url: str = DEFAULT_URL, *, init_timeout_s: float = 60.0, inference_timeout_s: float = 60.0
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        init_timeout_s: float = 60.0,
+        inference_timeout_s: float = 60.0,
+        access_token: str | None = None,
     ) -> None:
         self.url = url
-        self._timeouts = {"init_timeout_s": init_timeout_s, "inference_timeout_s": inference_timeout_s}
+        self._options = {
+            "init_timeout_s": init_timeout_s,
+            "inference_timeout_s": inference_timeout_s,
+            "access_token": access_token,
+        }
         self._client: AsyncioModelClient | None = None  # made in the event loop, at first use
 {%- if streaming %}
         self._stream_client: AsyncioDecoupledModelClient | None = None
@@ -162,7 +188,7 @@ class AsyncClient:
 
     def _model_client(self) -> AsyncioModelClient:
         if self._client is None:
-            self._client = AsyncioModelClient(self.url, spec.MODEL_NAME, **self._timeouts)
+            self._client = AsyncioModelClient(self.url, spec.MODEL_NAME, **self._options)
         return self._client
 
     async def predict({{ parameters() }}
@@ -189,7 +215,7 @@ class AsyncClient:
         """
         if self._stream_client is None:
             self._stream_client = AsyncioDecoupledModelClient(
-                self.url, spec.STREAM_MODEL_NAME, **self._timeouts
+                self.url, spec.STREAM_MODEL_NAME, **self._options
             )
         return self._predictions(self._stream_client.infer_sample(**_inputs(locals(), batched=False)))
 
@@ -215,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     """Send the example request (``spec.example_inputs``) and print the outputs; 1 if the request fails."""
     parser = argparse.ArgumentParser(
         prog=f"python -m {__package__}.client",
-        description=f"Send an example request to the {spec.MODEL_NAME} model and print its outputs.",
+        description=f"Send an example request to the {spec.MODEL_NAME} model and print its outputs. A "
+        f"service that requires its access token gets it from the {TOKEN_VARIABLE} environment variable.",
     )
     parser.add_argument(
         "--url", default=DEFAULT_URL, help="http://host:port or grpc://host:port (default: %(default)s)"
@@ -243,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             f"--batch-size must be from 1 to {spec.MAX_BATCH_SIZE} (0: one sample), got {args.batch_size}"
         )
 {%- endif %}
+    token = os.environ.get(TOKEN_VARIABLE) or None
+    timeouts = {"init_timeout_s": args.timeout_s, "inference_timeout_s": args.timeout_s}
     try:
-        with Client(args.url, init_timeout_s=args.timeout_s, inference_timeout_s=args.timeout_s) as client:
+        with Client(args.url, access_token=token, **timeouts) as client:
 {%- if streaming %}
             if args.stream:
                 for number, prediction in enumerate(client.stream(**spec.example_inputs()), start=1):

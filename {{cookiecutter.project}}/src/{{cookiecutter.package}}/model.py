@@ -115,7 +115,12 @@ class Model:
 
     @{{ "batch" if batching else "sample" }}
     def infer(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
-        """The inference callable of ``spec.MODEL_NAME``{{ ": @batch joins the requests Triton batched" if batching else ": @sample hands it one request" }}."""
+        """The inference callable of ``spec.MODEL_NAME``{{ ": @batch joins the requests Triton batched" if batching else ": @sample hands it one request" }}.
+
+        If it raises for several requests at once, tritonrt runs each of them alone once more, so that only
+        the bad ones fail, each with its own error; mark it ``@no_retry`` (``tritonrt.decorators``) if it
+        must not run twice on a request.
+        """
         return self.predict(**inputs)
 {%- if streaming %}
 

@@ -2,8 +2,10 @@
 """Serve the model with Triton Inference Server: ``python -m {{ cookiecutter.package }}``.
 
 Reads the settings from the environment (``settings.py``), loads the model once, binds it with tritonrt
-and serves until SIGTERM or SIGINT; then lets in-flight requests finish and exits 0. Exits 1 if Triton
-fails to start or dies, and 2 if a setting is invalid.
+and serves until SIGTERM or SIGINT; then lets in-flight requests finish and exits 0. If tritonserver dies
+(killed, or crashed by a request) it is restarted, and a model whose instance died is reloaded, up to
+``RESTARTS`` times in 10 minutes each (readiness is false meanwhile); past that, or if Triton fails to
+start, it exits 1, for Docker or Kubernetes to replace the container. Exits 2 if a setting is invalid.
 
 Example::
 
@@ -19,11 +21,19 @@ import time
 
 from tritonrt.exceptions import PyTritonError
 from tritonrt.model_config import DynamicBatcher, ModelConfig
-from tritonrt.triton import Triton, TritonConfig, TritonLifecyclePolicy, TritonSecurityConfig
+from tritonrt.triton import (
+    DEFAULT_PROTECTED_ENDPOINTS,
+    VALID_TRITON_ENDPOINTS,
+    RecoveryPolicy,
+    Triton,
+    TritonConfig,
+    TritonLifecyclePolicy,
+    TritonSecurityConfig,
+)
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.model import Model
-from {{ cookiecutter.package }}.settings import Settings, SettingsError
+from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
 
 LOGGER = logging.getLogger(__name__)
 POLL_S = 0.2  # how often the main thread checks for a stop signal or a dead server
@@ -31,14 +41,31 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def triton_config(settings: Settings) -> TritonConfig:
-    """The server's configuration: ports, drain time and log verbosity from ``settings``."""
+    """The server's configuration: address, ports, drain time and log verbosity from ``settings``."""
     return TritonConfig(
+        http_address=settings.bind_address,
         http_port=settings.http_port,
+        grpc_address=settings.bind_address,
         grpc_port=settings.grpc_port,
+        metrics_address=settings.bind_address,
         metrics_port=settings.metrics_port,
         exit_timeout_secs=settings.exit_timeout_s,
         log_verbose=1 if settings.log_level == "DEBUG" else 0,
     )
+
+
+def security_config(settings: Settings) -> TritonSecurityConfig:
+    """What needs the access token: the admin endpoints, or (``REQUIRE_TOKEN``) all but health."""
+    if settings.require_token:
+        endpoints = [endpoint for endpoint in VALID_TRITON_ENDPOINTS if endpoint != "health"]
+    else:
+        endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
+    return TritonSecurityConfig(access_token=settings.access_token, restricted_endpoints=endpoints)
+
+
+def recovery_policy(settings: Settings) -> RecoveryPolicy:
+    """How often a dead tritonserver is restarted, or a model reloaded, before the service exits 1."""
+    return RecoveryPolicy(server_restarts=settings.restarts, model_reloads=settings.restarts)
 
 
 def model_config(settings: Settings, *, decoupled: bool = False) -> ModelConfig:
@@ -72,30 +99,40 @@ def bind(triton: Triton, model: Model, settings: Settings) -> None:
 
 
 def serve(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT (return 0 after draining) or until Triton dies (return 1)."""
+    """Serve until SIGTERM/SIGINT (return 0 after draining) or until Triton fails for good (return 1)."""
     model = Model()
     received: list[int] = []
     handlers = {sig: signal.signal(sig, lambda signum, _: received.append(signum)) for sig in _STOP_SIGNALS}
     try:
-        security = TritonSecurityConfig(access_token=settings.access_token)
         # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
         # ready only once the model can serve (entering `with` would start an empty server first).
-        policy = TritonLifecyclePolicy(launch_triton_on_startup=False)
-        config = triton_config(settings)
-        with Triton(config=config, security_config=security, triton_lifecycle_policy=policy) as triton:
+        triton = Triton(
+            config=triton_config(settings),
+            security_config=security_config(settings),
+            recovery=recovery_policy(settings),
+            triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
+        )
+        with triton:
             bind(triton, model, settings)
             triton.run()
             LOGGER.info(
-                "Serving model %r: HTTP on port %d, gRPC on port %d, metrics on port %d",
+                "Serving model %r on %s: HTTP on port %d, gRPC on port %d, metrics on port %d%s",
                 spec.MODEL_NAME,
+                settings.bind_address,
                 settings.http_port,
                 settings.grpc_port,
                 settings.metrics_port,
+                "; every endpoint but health needs the access token" if settings.require_token else "",
             )
-            while not received and triton.is_alive():
+            while not received and triton.is_alive():  # alive while a restart or reload is under way too
                 time.sleep(POLL_S)
             if not received:
-                LOGGER.error("Triton stopped serving: %s", triton.failure or "the server is no longer alive")
+                LOGGER.error(
+                    "Triton stopped serving: %s (%sRESTARTS=%d: the restarts and reloads allowed in 10 min)",
+                    triton.failure or "the server is no longer alive",
+                    PREFIX,
+                    settings.restarts,
+                )
                 return 1
             LOGGER.info(
                 "Received %s: finishing in-flight requests (up to %d s), then stopping",

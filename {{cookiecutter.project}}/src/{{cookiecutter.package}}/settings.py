@@ -10,6 +10,15 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
 - ``MAX_QUEUE_DELAY_US`` (100): how long a request may wait for others to form a batch.
 - ``ACCESS_TOKEN`` (random): the token that unlocks the restricted endpoints (model control, shared
   memory, statistics, trace, logging), sent as the ``triton-access-token`` header.
+- ``REQUIRE_TOKEN`` (false): true makes every endpoint but health (inference, metadata and model
+  config too) need ``ACCESS_TOKEN``, which must then be set; clients send it (``Client(access_token=...)``;
+  the command line reads it from ``{{ cookiecutter.package | upper }}_ACCESS_TOKEN``).
+- ``BIND_ADDRESS`` (127.0.0.1): the address the HTTP, gRPC and metrics endpoints listen on: this machine
+  only, unless told otherwise. The image sets 0.0.0.0 (every interface of the container). The metrics
+  endpoint cannot require a token (Triton has no such option): bind it where only your scraper reaches.
+- ``RESTARTS`` (3): how many times in 10 minutes a tritonserver that died is restarted, and a model whose
+  instance died is reloaded, before the service exits 1 for Docker or Kubernetes to replace it; 0 exits
+  at the first such fault.
 - ``EXIT_TIMEOUT_S`` (30): on SIGTERM/SIGINT, how long in-flight requests get to finish.
 
 Example::
@@ -21,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -28,6 +38,7 @@ from collections.abc import Mapping
 PREFIX = "{{ cookiecutter.package | upper }}_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,256}")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 class SettingsError(ValueError):
@@ -46,6 +57,9 @@ class Settings:
     max_queue_delay_us: int = 100
     access_token: str | None = None
     exit_timeout_s: int = 30
+    require_token: bool = False
+    bind_address: str = "127.0.0.1"
+    restarts: int = 3
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -61,7 +75,15 @@ class Settings:
             max_queue_delay_us=reader.integer("MAX_QUEUE_DELAY_US", cls.max_queue_delay_us, 0, 10_000_000),
             access_token=reader.token("ACCESS_TOKEN"),
             exit_timeout_s=reader.integer("EXIT_TIMEOUT_S", cls.exit_timeout_s, 0, 3600),
+            require_token=reader.boolean("REQUIRE_TOKEN", cls.require_token),
+            bind_address=reader.address("BIND_ADDRESS", cls.bind_address),
+            restarts=reader.integer("RESTARTS", cls.restarts, 0, 100),
         )
+        if settings.require_token and settings.access_token is None:
+            raise SettingsError(
+                f"{PREFIX}REQUIRE_TOKEN=true needs {PREFIX}ACCESS_TOKEN: set the token the clients will send "
+                "(python -c 'import secrets; print(secrets.token_urlsafe())' makes one)."
+            )
         ports = {
             "HTTP_PORT": settings.http_port,
             "GRPC_PORT": settings.grpc_port,
@@ -98,6 +120,26 @@ class _Reader:
         if raw.upper() not in options:
             raise SettingsError(f"{PREFIX}{name}={raw!r}: must be one of {', '.join(options)}.")
         return raw.upper()
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if raw.lower() not in _TRUE + _FALSE:
+            raise SettingsError(f"{PREFIX}{name}={raw!r}: must be true or false.")
+        return raw.lower() in _TRUE
+
+    def address(self, name: str, default: str) -> str:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            return str(ipaddress.ip_address(raw))
+        except ValueError:
+            raise SettingsError(
+                f"{PREFIX}{name}={raw!r}: must be an IP address, e.g. 127.0.0.1 (this machine only) or "
+                "0.0.0.0 (every interface)."
+            ) from None
 
     def token(self, name: str) -> str | None:
         raw = self._raw(name)

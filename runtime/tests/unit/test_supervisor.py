@@ -1,0 +1,229 @@
+"""The supervisor's decisions, with recorded callables in place of a server (the real faults are driven in
+tests/integration/test_recovery.py): what is recovered, how often, in which order, and when it gives up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tritonrt.exceptions import PyTritonValidationError
+from tritonrt.server.supervisor import RecoveryPolicy, Supervisor, describe_exit
+
+WAIT_S = 10  # a guard against hanging, not a measurement
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.02}
+
+
+class Recorder:
+    """The supervisor's callables: each call is recorded; ``fail`` makes restarts or reloads raise."""
+
+    def __init__(self, *, fail: int = 0, live: bool = True, ready: bool = True):
+        self.calls: list[str] = []
+        self.reasons: list[str] = []
+        self.fail = fail
+        self.live = live
+        self.ready = ready
+        self.done = threading.Event()
+
+    def _try(self, what: str) -> None:
+        self.calls.append(what)
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError(f"{what} failed")
+        self.done.set()
+
+    def restart_server(self) -> None:
+        self._try("restart")
+
+    def reload_model(self, name: str) -> None:
+        self._try(f"reload {name}")
+
+    def give_up(self, reason: str) -> None:
+        self.reasons.append(reason)
+        self.done.set()
+
+    def supervisor(self, policy: RecoveryPolicy, *, restartable: bool = True) -> Supervisor:
+        return Supervisor(
+            policy,
+            restart_server=self.restart_server if restartable else None,
+            reload_model=self.reload_model,
+            server_live=lambda: self.live,
+            model_ready=lambda name: self.ready,
+            give_up=self.give_up,
+        )
+
+
+def until(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, "the supervisor did not get there"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def supervisors():
+    made: list[Supervisor] = []
+    yield made
+    for supervisor in made:
+        supervisor.close()
+
+
+def test_policy_defaults_and_environment():
+    assert RecoveryPolicy() == RecoveryPolicy(server_restarts=3, model_reloads=3, window_s=600.0)
+    policy = RecoveryPolicy.from_env({"TRITONRT_SERVER_RESTARTS": "0", "TRITONRT_MODEL_RELOADS": " 5 "})
+    assert (policy.server_restarts, policy.model_reloads) == (0, 5)
+    assert RecoveryPolicy.from_env({"TRITONRT_SERVER_RESTARTS": ""}) == RecoveryPolicy()
+
+
+@pytest.mark.parametrize("environ", [{"TRITONRT_SERVER_RESTARTS": "-1"}, {"TRITONRT_MODEL_RELOADS": "three"}])
+def test_policy_refuses_bad_environment_values_by_name(environ):
+    with pytest.raises(PyTritonValidationError, match=next(iter(environ))):
+        RecoveryPolicy.from_env(environ)
+
+
+@pytest.mark.parametrize("field, value", [("server_restarts", -1), ("model_reloads", 1.5), ("backoff_s", -0.1)])
+def test_policy_refuses_bad_values(field, value):
+    with pytest.raises(PyTritonValidationError, match=field):
+        RecoveryPolicy(**{field: value})
+
+
+def test_exit_codes_name_their_signal():
+    assert describe_exit(134) == "exit code 134 (SIGABRT)"
+    assert describe_exit(139) == "exit code 139 (SIGSEGV)"
+    assert describe_exit(1) == "exit code 1"
+
+
+def test_a_server_exit_restarts_it_and_the_supervisor_is_busy_meanwhile(supervisors):
+    recorder = Recorder()
+    release = threading.Event()
+    restarted = recorder.restart_server
+    recorder.restart_server = lambda: (release.wait(WAIT_S), restarted())
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.server_exited(134)
+    assert supervisor.busy
+    release.set()
+    assert recorder.done.wait(WAIT_S)
+    until(lambda: not supervisor.busy)
+    assert recorder.calls == ["restart"] and recorder.reasons == []
+
+
+def test_restarts_past_the_budget_give_up_with_the_reason(supervisors):
+    recorder = Recorder()
+    supervisor = recorder.supervisor(RecoveryPolicy(server_restarts=2, **FAST))
+    supervisors.append(supervisor)
+    for _ in range(2):
+        recorder.done.clear()
+        supervisor.server_exited(139)
+        assert recorder.done.wait(WAIT_S)
+        until(lambda: not supervisor.busy)
+    recorder.done.clear()
+    supervisor.server_exited(139)
+    assert recorder.done.wait(WAIT_S)
+    assert recorder.calls == ["restart", "restart"]
+    assert len(recorder.reasons) == 1
+    assert "SIGSEGV" in recorder.reasons[0] and "server_restarts=2" in recorder.reasons[0]
+
+
+def test_a_failed_restart_is_tried_again_then_given_up(supervisors):
+    recorder = Recorder(fail=5)
+    supervisor = recorder.supervisor(RecoveryPolicy(server_restarts=3, **FAST))
+    supervisors.append(supervisor)
+    supervisor.server_exited(1)
+    assert recorder.done.wait(WAIT_S)
+    assert recorder.calls == ["restart"] * 3
+    assert "restarting tritonserver failed: restart failed" in recorder.reasons[0]
+
+
+def test_restarts_off_give_up_at_the_first_exit(supervisors):
+    recorder = Recorder()
+    supervisor = recorder.supervisor(RecoveryPolicy(server_restarts=0))
+    supervisors.append(supervisor)
+    supervisor.server_exited(137)
+    assert recorder.done.wait(WAIT_S)
+    assert recorder.calls == [] and "SIGKILL" in recorder.reasons[0]
+
+
+def test_a_server_that_is_not_ours_is_not_restarted(supervisors):
+    recorder = Recorder()
+    supervisor = recorder.supervisor(RecoveryPolicy(), restartable=False)
+    supervisors.append(supervisor)
+    supervisor.server_exited(1)
+    assert recorder.done.wait(WAIT_S)
+    assert recorder.calls == [] and "exited unexpectedly" in recorder.reasons[0]
+
+
+def test_a_lost_model_is_reloaded_once_for_reports_that_come_together(supervisors):
+    recorder = Recorder()
+    release = threading.Event()
+    reload = recorder.reload_model
+    recorder.reload_model = lambda name: (release.wait(WAIT_S), reload(name))
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    for _ in range(3):  # several instances of one model, or the same instance seen twice
+        supervisor.model_lost("double")
+    release.set()
+    assert recorder.done.wait(WAIT_S)
+    until(lambda: not supervisor.busy)
+    assert recorder.calls == ["reload double"]
+
+
+def test_a_model_reload_that_keeps_failing_gives_up(supervisors):
+    recorder = Recorder(fail=10)
+    supervisor = recorder.supervisor(RecoveryPolicy(model_reloads=2, **FAST))
+    supervisors.append(supervisor)
+    supervisor.model_lost("double")
+    assert recorder.done.wait(WAIT_S)
+    assert recorder.calls == ["reload double"] * 2
+    assert "model 'double'" in recorder.reasons[0] and "model_reloads=2" in recorder.reasons[0]
+
+
+def test_a_model_that_triton_does_not_serve_is_left_alone(supervisors):
+    recorder = Recorder(ready=False)  # someone unloaded it on purpose: its instances went away
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.model_lost("double")
+    until(lambda: not supervisor.busy)
+    assert recorder.calls == [] and recorder.reasons == []
+
+
+def test_a_lost_model_waits_for_a_dying_server_and_leaves_it_to_the_restart(supervisors):
+    recorder = Recorder(live=False)  # the workers saw their peers go before the server's exit was reported
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.model_lost("double")
+    supervisor.server_exited(137)
+    assert recorder.done.wait(WAIT_S)
+    until(lambda: not supervisor.busy)
+    assert recorder.calls == ["restart"]
+
+
+def test_close_drops_a_recovery_that_waits(supervisors):
+    recorder = Recorder(fail=1)
+    supervisor = recorder.supervisor(RecoveryPolicy(backoff_s=60, max_backoff_s=60))
+    supervisors.append(supervisor)
+    supervisor.server_exited(1)
+    until(lambda: recorder.calls == ["restart"])  # failed: the next try waits 60 s
+    supervisor.close()
+    assert not supervisor.busy
+    assert recorder.calls == ["restart"] and recorder.reasons == []
+
+
+def test_a_server_that_dies_as_its_restart_ends_is_restarted_again(supervisors):
+    recorder = Recorder()
+    supervisor: Supervisor
+    restarted = recorder.restart_server
+
+    def restart_that_dies_at_once() -> None:
+        restarted()
+        if recorder.calls.count("restart") == 1:
+            supervisor.server_exited(139)  # reported while the first restart is still being handled
+
+    recorder.restart_server = restart_that_dies_at_once
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.server_exited(134)
+    until(lambda: recorder.calls == ["restart", "restart"] and not supervisor.busy)
+    assert recorder.reasons == []
