@@ -446,7 +446,8 @@ class Triton(_ModelHost):
     def _secrets(self) -> list[str]:
         """The access tokens in the server's arguments, which the guard keeps off its command line."""
         flags = (self._config.http_restricted_api, self._config.grpc_restricted_protocol)
-        return [self.get_access_token(), *(flag.rpartition("=")[2] for flag in flags if flag)]
+        token = self.get_access_token()
+        return [*([token] if token else []), *(flag.rpartition("=")[2] for flag in flags if flag)]
 
     def _on_server_exit(self, code: int, generation: int) -> None:
         with self._cv:
