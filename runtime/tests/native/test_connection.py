@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from native_testlib import FakeBackend
 
-from tritonrt.decorators import _join_adjacent
+from tritonrt.decorators.batching import _join_adjacent
 from tritonrt.proxy import wire
 from tritonrt.proxy.connection import (
     ErrorResponse,
