@@ -4,13 +4,15 @@
 //! Decoding never trusts the peer: every count, length, offset, type and name is checked before use, and a
 //! malformed message is an error value, never a panic.
 
-mod codec;
+mod decode;
+mod encode;
 mod header;
+mod records;
 
-pub use codec::{
-    decode_body, encode, encode_head, Body, Correlation, Hello, Parameter, Request, Response, Tensor, Welcome,
-};
+pub use decode::decode_body;
+pub use encode::{encode, encode_head};
 pub use header::{Header, HEADER_SIZE};
+pub use records::{Body, Correlation, Hello, Parameter, Request, Response, Tensor, Welcome};
 
 use std::fmt;
 

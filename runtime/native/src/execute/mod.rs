@@ -1,0 +1,154 @@
+//! One model instance's executor: sends each batch to the worker as one message, waits for the answer
+//! (forwarding cancellations), and answers every request. `send` builds and sends the BATCH, `answer` reads the
+//! worker's answer.
+
+mod answer;
+mod send;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::batch::{Batch, Failure};
+use crate::channel::{Broken, Channel};
+use crate::sys;
+use crate::wire::{Hello, ERROR_INTERNAL, ERROR_UNAVAILABLE};
+
+use send::SendError;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BACKEND_VERSION: &str = concat!("tritonrt-backend ", env!("CARGO_PKG_VERSION"));
+
+/// Who this instance talks to, and what it tells the worker in its HELLO.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub model_name: String,
+    pub instance_index: u32,
+    pub max_batch_size: u32,
+    pub decoupled: bool,
+    pub sequence: bool,
+    pub socket: PathBuf,
+    pub token: String,
+    pub owner: u32,
+    pub api_version: (u32, u32),
+}
+
+/// When the model's computation (the worker's part) started and ended, and the batch's size (for
+/// Triton's statistics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    pub compute_start_ns: u64,
+    pub compute_end_ns: u64,
+    pub batch_size: u64,
+}
+
+pub struct Executor {
+    pub target: Target,
+    channel: Option<Channel>,
+    seq: u64,
+    message: Vec<u8>,
+}
+
+/// A request of the batch that reached the worker: its index in the batch, and whether it has its final
+/// answer.
+struct Live {
+    index: usize,
+    done: bool,
+    cancel_sent: bool,
+    requested: Vec<String>,
+}
+
+impl Executor {
+    pub fn new(target: Target) -> Executor {
+        Executor { target, channel: None, seq: 0, message: Vec::new() }
+    }
+
+    /// Connect and shake hands, unless connected.
+    pub fn connect(&mut self) -> Result<(), String> {
+        if self.channel.is_some() {
+            return Ok(());
+        }
+        let target = &self.target;
+        let hello = Hello {
+            instance_index: target.instance_index,
+            max_batch_size: target.max_batch_size,
+            api_major: target.api_version.0,
+            api_minor: target.api_version.1,
+            model_name: &target.model_name,
+            token: &target.token,
+            backend_version: BACKEND_VERSION,
+        };
+        let channel = Channel::connect(&target.socket, &hello, target.decoupled, target.owner, HANDSHAKE_TIMEOUT)?;
+        self.channel = Some(channel);
+        Ok(())
+    }
+
+    /// Drop the connection; the next batch connects again.
+    pub fn disconnect(&mut self) {
+        self.channel = None;
+    }
+
+    /// Ok while the worker is connected (reconnecting if it went away and is back).
+    pub fn ready(&mut self) -> Result<(), String> {
+        if self.channel.as_ref().is_some_and(Channel::peer_closed) {
+            self.channel = None;
+        }
+        self.connect()
+    }
+
+    /// Answer every request of `batch`. Never fails as a whole: each request gets its response or its error.
+    pub fn execute<B: Batch>(&mut self, batch: &mut B) -> Timing {
+        let mut timing = Timing { batch_size: 0, ..Timing::default() };
+        if self.channel.as_ref().is_some_and(Channel::peer_closed) {
+            self.channel = None;
+        }
+        if let Err(error) = self.connect() {
+            let failure = Failure::new(ERROR_UNAVAILABLE, format!("tritonrt: {error}"));
+            (0..batch.len()).for_each(|index| batch.fail(index, &failure));
+            return timing;
+        }
+        let mut live = Vec::with_capacity(batch.len());
+        match self.send_batch(batch, &mut live, &mut timing) {
+            Ok(()) => {}
+            Err(SendError::Requests(failure)) => {
+                live.iter().for_each(|request| batch.fail(request.index, &failure));
+                return timing;
+            }
+            Err(SendError::Broken(Broken(error))) => {
+                self.channel = None;
+                let failure = self.lost(error);
+                live.iter().for_each(|request| batch.fail(request.index, &failure));
+                return timing;
+            }
+        }
+        if live.is_empty() {
+            return timing;
+        }
+        timing.compute_start_ns = sys::monotonic_ns();
+        if let Err(Broken(error)) = self.await_answer(batch, &mut live) {
+            self.channel = None;
+            let failure = self.lost(error);
+            for request in live.iter_mut().filter(|request| !request.done) {
+                batch.fail(request.index, &failure);
+                request.done = true;
+            }
+        }
+        timing.compute_end_ns = sys::monotonic_ns();
+        for request in live.iter().filter(|request| !request.done) {
+            // The answer ended without a final response for this request.
+            if self.target.decoupled {
+                batch.finish(request.index);
+            } else {
+                let message = "tritonrt: the worker's reply had no response for this request";
+                batch.fail(request.index, &Failure::new(ERROR_INTERNAL, message));
+            }
+        }
+        timing
+    }
+
+    fn lost(&self, error: String) -> Failure {
+        Failure::new(
+            ERROR_UNAVAILABLE,
+            format!("tritonrt: lost the process serving model {:?}: {error}", self.target.model_name),
+        )
+    }
+}

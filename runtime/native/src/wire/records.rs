@@ -1,0 +1,113 @@
+//! The metadata records of each message kind, as Rust values (`encode` writes them, `decode` reads them).
+
+use std::borrow::Cow;
+
+use super::*;
+use crate::dtype::DataType;
+
+/// A tensor descriptor: where its bytes are, what they hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor<'a> {
+    pub name: &'a str,
+    pub dtype: DataType,
+    pub location: u8,
+    pub offset: u64,
+    pub byte_length: u64,
+    pub shape: Cow<'a, [i64]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Parameter<'a> {
+    String(&'a str),
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Correlation<'a> {
+    None,
+    Uint(u64),
+    String(&'a str),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request<'a> {
+    pub id: &'a str,
+    pub flags: u32,
+    pub correlation: Correlation<'a>,
+    pub parameters: Vec<(&'a str, Parameter<'a>)>,
+    /// Empty: every output.
+    pub requested_outputs: Vec<&'a str>,
+    pub inputs: Vec<Tensor<'a>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response<'a> {
+    Outputs(Vec<Tensor<'a>>),
+    Error { code: u8, message: &'a str },
+    Nothing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello<'a> {
+    pub instance_index: u32,
+    pub max_batch_size: u32,
+    pub api_major: u32,
+    pub api_minor: u32,
+    pub model_name: &'a str,
+    pub token: &'a str,
+    pub backend_version: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome<'a> {
+    pub worker_pid: u32,
+    pub inline_threshold: u32,
+    pub spin_us: u32,
+    pub region_limit: u64,
+    pub worker_version: &'a str,
+}
+
+/// A message's metadata, by kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body<'a> {
+    Hello(Hello<'a>),
+    Welcome(Welcome<'a>),
+    Refuse(&'a str),
+    Batch(Vec<Request<'a>>),
+    Reply(Vec<Response<'a>>),
+    BatchError {
+        code: u8,
+        message: &'a str,
+    },
+    Cancel(Vec<u32>),
+    /// The count of replies processed.
+    Ack(u32),
+}
+
+impl Body<'_> {
+    pub fn kind(&self) -> u16 {
+        match self {
+            Body::Hello(_) => KIND_HELLO,
+            Body::Welcome(_) => KIND_WELCOME,
+            Body::Refuse(_) => KIND_REFUSE,
+            Body::Batch(_) => KIND_BATCH,
+            Body::Reply(_) => KIND_REPLY,
+            Body::BatchError { .. } => KIND_BATCH_ERROR,
+            Body::Cancel(_) => KIND_CANCEL,
+            Body::Ack(_) => KIND_ACK,
+        }
+    }
+
+    /// The header's count field for this body.
+    pub(super) fn count(&self) -> u32 {
+        match self {
+            Body::Batch(requests) => requests.len() as u32,
+            Body::Reply(responses) => responses.len() as u32,
+            Body::Cancel(indices) => indices.len() as u32,
+            Body::Ack(count) => *count,
+            _ => 0,
+        }
+    }
+}
