@@ -14,6 +14,7 @@ import pathlib
 import socket
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -101,7 +102,15 @@ class IncomingRequest:
 
     __slots__ = ("inputs", "parameters", "requested_output_names", "id", "correlation_id", "flags")
 
-    def __init__(self, inputs, parameters, requested_output_names, request_id, correlation_id, flags):
+    def __init__(
+        self,
+        inputs: dict[str, np.ndarray],
+        parameters: dict,
+        requested_output_names: list[str] | None,
+        request_id: str,
+        correlation_id: int | str | None,
+        flags: int,
+    ):
         self.inputs: dict[str, np.ndarray] = inputs
         self.parameters: dict = parameters
         self.requested_output_names: list[str] | None = requested_output_names
@@ -203,7 +212,10 @@ class WorkerConnection:
         """Wait for the next batch: ``(seq, requests)``. Raises PeerGone when the backend closed, WireError
         (after answering the batch with BATCH_ERROR) when the batch cannot be read."""
         while True:
-            header, buffer, fd = self._receive(None)
+            received = self._receive(None)
+            if received is None:  # cannot happen: without a timeout, the link waits for a message or raises
+                raise PeerGone("the backend's connection returned no message")
+            header, buffer, fd = received
             if header.kind == KIND_BATCH:
                 break
             self._control(header, buffer)
@@ -217,13 +229,13 @@ class WorkerConnection:
             self.fail(header.seq, f"tritonrt: the batch cannot be read: {error}")
             raise
 
-    def _receive(self, timeout: float | None):
+    def _receive(self, timeout: float | None) -> tuple[Header, bytearray, int] | None:
         received = self.link.receive(timeout)
         if received is not None and received[0].kind in (KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY):
             raise WireError(f"unexpected message of kind {received[0].kind}", breaks_stream=True)
         return received
 
-    def _control(self, header: Header, buffer) -> None:
+    def _control(self, header: Header, buffer: bytearray) -> None:
         if header.kind == KIND_CANCEL and header.seq == self._seq:
             self.cancelled.update(decode_body(header, buffer))
         elif header.kind == KIND_ACK and header.seq == self._seq and header.count >= self._region_reply:
@@ -249,8 +261,9 @@ class WorkerConnection:
         data_start = header.data_start
         requests = []
         for meta in decode_batch(header, buffer):
-            inputs = {}
+            inputs: dict[str, np.ndarray] = {}
             for name, dtype, location, offset, byte_length, shape in meta.inputs:
+                source: bytearray | np.ndarray
                 if location == LOCATION_INLINE:
                     source, offset = buffer, data_start + offset
                 else:
@@ -272,7 +285,10 @@ class WorkerConnection:
         whether the callable kept views of its region."""
         threshold = self.settings.inline_threshold
         peer = self._peer
-        peer_base = peer.base if peer is not None else _NO_REGION  # never any array's base
+        peer_base: Any = peer.base if peer is not None else _NO_REGION  # never any array's base
+        response: Any
+        value: Any
+        array: Any
         records: list = []
         inline: dict[str, list] = {}
         regional: dict[str, list] = {}
@@ -298,7 +314,12 @@ class WorkerConnection:
                     if array.dtype.byteorder == ">":
                         array = array.astype(array.dtype.newbyteorder("<"))
                     entry = [name.encode(), code, LOCATION_INLINE, 0, array.nbytes, array.shape, array]
-                    if array.nbytes >= threshold and array.base is peer_base and array.flags.c_contiguous:
+                    if (
+                        peer is not None
+                        and array.nbytes >= threshold
+                        and array.base is peer_base
+                        and array.flags.c_contiguous
+                    ):
                         entry[2], entry[3], entry[6] = LOCATION_RECEIVER_REGION, data_address(array) - peer.start, None
                         outputs.append(entry)
                         continue
@@ -340,21 +361,22 @@ class WorkerConnection:
                 for name, code, location, offset, nbytes, shape, _ in record:
                     wire.pack_tensor(meta, name, code, location, offset, nbytes, shape)
         count = len(records)
-        records = inline = regional = None
+        del records, inline, regional
         flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
         if final and self._retained():
             flags |= FLAG_RETAINED
         self._replies += 1
         if region is not None and not final:
             self._region_reply = self._replies
+        new_region = region if announce else None
         header = Header(
-            KIND_REPLY, flags, count, seq, region.size if announce else 0,
+            KIND_REPLY, flags, count, seq, new_region.size if new_region is not None else 0,
             region.id if region is not None else 0, peer.id if peer is not None else 0,
         )  # fmt: skip
         parts[0] = wire.encode_message(header, meta, inline_end)
-        self.link.send(parts, region.fd if announce else -1)
-        if announce:
-            region.close_fd()
+        self.link.send(parts, new_region.fd if new_region is not None else -1)
+        if new_region is not None:
+            new_region.close_fd()
 
     def _retained(self) -> bool:
         """True when arrays still view the backend's region used by this batch (every array built on it, and every

@@ -79,11 +79,13 @@ def decode_bytes(view: memoryview, shape: Sequence[int]) -> np.ndarray:
     return result.reshape(shape)
 
 
-def array_from(source, offset: int, dtype: int, shape: tuple[int, ...], byte_length: int) -> np.ndarray:
+def array_from(
+    source: bytearray | np.ndarray, offset: int, dtype: int, shape: tuple[int, ...], byte_length: int
+) -> np.ndarray:
     """The tensor at ``source[offset:offset + byte_length]``: a view for numeric types (a copy when it is not
     aligned for its type), a new object array for BYTES. ``source`` is a bytearray or a uint8 array."""
     if dtype == DTYPE_BYTES:
-        with memoryview(source) as whole:
+        with memoryview(source.data if isinstance(source, np.ndarray) else source) as whole:
             return decode_bytes(whole[offset : offset + byte_length], shape)
     numpy_dtype = _DTYPES.get(dtype)
     if numpy_dtype is None:
@@ -91,7 +93,7 @@ def array_from(source, offset: int, dtype: int, shape: tuple[int, ...], byte_len
         raise WireError(f"a tensor of wire data type {dtype} cannot be given to Python ({reason})")
     if not byte_length:
         return np.empty(shape, numpy_dtype)
-    array = np.ndarray(shape, numpy_dtype, source, offset)
+    array: np.ndarray = np.ndarray(shape, numpy_dtype, source, offset)
     if offset % numpy_dtype.alignment:
         return array.copy()  # libraries such as torch can crash on unaligned data
     return array

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
+
+# What a message is read from: the bytes received (a bytearray being filled, or a view of one).
+Buffer: TypeAlias = "bytes | bytearray | memoryview"
 
 __all__ = [
     "BATCH_ERROR_LAYOUT",
+    "Buffer",
     "CONSTANTS",
     "DIMS_LAYOUTS",
     "ELEMENT_SIZES",
@@ -98,7 +102,7 @@ class WireError(ValueError):
 class Header(NamedTuple):
     kind: int
     flags: int = 0
-    count: int = 0
+    count: int = 0  # type: ignore[assignment]  # the protocol's name for it; shadows tuple.count
     seq: int = 0
     region_size: int = 0
     region_id: int = 0
@@ -179,7 +183,7 @@ def expected_bytes(dtype: int, shape: Sequence[int]) -> int:
 # --- header ------------------------------------------------------------------------------------------------
 
 
-def decode_header(buffer, offset: int = 0) -> Header:
+def decode_header(buffer: Buffer, offset: int = 0) -> Header:
     """Read and check the 64-byte header at ``offset``."""
     if len(buffer) - offset < HEADER_SIZE:
         raise WireError(f"a message header needs {HEADER_SIZE} bytes, {len(buffer) - offset} are there")
@@ -227,7 +231,9 @@ def _pack_str(out: bytearray, text: str) -> None:
     out += data
 
 
-def pack_tensor(out: bytearray, name: bytes, dtype: int, location: int, offset: int, byte_length: int, shape) -> None:
+def pack_tensor(
+    out: bytearray, name: bytes, dtype: int, location: int, offset: int, byte_length: int, shape: Sequence[int]
+) -> None:
     """Append a tensor record (``name`` already UTF-8)."""
     out += TENSOR_LAYOUT.pack(len(name), dtype, location, len(shape), 0, offset, byte_length)
     out += DIMS_LAYOUTS[len(shape)].pack(*shape)
@@ -249,7 +255,7 @@ def encode_batch(requests: Sequence[RequestMeta]) -> bytearray:
         number = correlation if kind == 1 else 0
         out += REQUEST_LAYOUT.pack(len(request.inputs), len(requested), len(params), request.flags, kind, number)
         _pack_str(out, request.id)
-        if kind == 2:
+        if isinstance(correlation, str):
             _pack_str(out, correlation)
         for key, value in params.items():
             if isinstance(value, bool):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from functools import partial
 from math import prod
+from typing import Any
 
 from tritonrt.proxy.wire import (
     CORRELATION_NONE,
@@ -45,6 +46,7 @@ from tritonrt.proxy.wire import (
     TENSOR_FIXED_SIZE,
     TENSOR_LAYOUT,
     WELCOME_LAYOUT,
+    Buffer,
     Header,
     Hello,
     RequestMeta,
@@ -68,7 +70,7 @@ class _Reader:
 
     __slots__ = ("buffer", "at", "end", "header")
 
-    def __init__(self, buffer, start: int, end: int, header: Header):
+    def __init__(self, buffer: Buffer, start: int, end: int, header: Header):
         self.buffer, self.at, self.end, self.header = buffer, start, end, header
 
     def take(self, count: int, what: str) -> int:
@@ -90,7 +92,7 @@ class _Reader:
         except UnicodeDecodeError:
             raise WireError(f"{what} is not UTF-8") from None
 
-    def str(self, limit: int, what: str) -> str:
+    def string(self, limit: int, what: str) -> str:
         return self.text(self.unpack(_U32, what)[0], limit, what)
 
     def name(self, what: str, length: int | None = None) -> str:
@@ -163,11 +165,11 @@ class _Reader:
             self.at += 4
             request_id = ""
         else:
-            request_id = self.str(MAX_TEXT_BYTES, "a request id")
+            request_id = self.string(MAX_TEXT_BYTES, "a request id")
         if correlation_kind == CORRELATION_NONE:
             correlation = None
         elif correlation_kind == CORRELATION_STRING:
-            correlation = self.str(MAX_TEXT_BYTES, f"request {index}: its correlation id")
+            correlation = self.string(MAX_TEXT_BYTES, f"request {index}: its correlation id")
         elif correlation_kind != CORRELATION_UINT:
             raise WireError(f"request {index}: unknown correlation id kind {correlation_kind}")
         parameters: dict = {}
@@ -188,7 +190,7 @@ class _Reader:
         kind = self.unpack(_U8, what)[0]
         key = self.name(f"{what}: a parameter's key")
         if kind == 0:
-            parameters[key] = self.str(MAX_TEXT_BYTES, f"{what}: parameter {key!r}")
+            parameters[key] = self.string(MAX_TEXT_BYTES, f"{what}: parameter {key!r}")
         elif kind == 1:
             parameters[key] = self.unpack(_I64, what)[0]
         elif kind == 2:
@@ -215,12 +217,12 @@ class _Reader:
             return ResponseMeta(STATUS_NONE, [])
         raise WireError(f"{what}: unknown status {status} (n = {n})")
 
-    def finish(self):
+    def finish(self) -> None:
         if self.at != self.end:
             raise WireError(f"{self.end - self.at} bytes of metadata left over after the records")
 
 
-def _reader(header: Header, buffer, start: int) -> _Reader:
+def _reader(header: Header, buffer: Buffer, start: int) -> _Reader:
     meta_start = start + HEADER_SIZE
     end = meta_start + header.meta_length
     if end > len(buffer):
@@ -228,7 +230,7 @@ def _reader(header: Header, buffer, start: int) -> _Reader:
     return _Reader(buffer, meta_start, end, header)
 
 
-def decode_batch(header: Header, buffer, start: int = 0) -> list[RequestMeta]:
+def decode_batch(header: Header, buffer: Buffer, start: int = 0) -> list[RequestMeta]:
     """The requests of a BATCH whose header is ``header``, in ``buffer`` from ``start``."""
     reader = _reader(header, buffer, start)
     try:
@@ -239,7 +241,7 @@ def decode_batch(header: Header, buffer, start: int = 0) -> list[RequestMeta]:
     return requests
 
 
-def decode_reply(header: Header, buffer, start: int = 0) -> list[ResponseMeta]:
+def decode_reply(header: Header, buffer: Buffer, start: int = 0) -> list[ResponseMeta]:
     """The responses of a REPLY."""
     reader = _reader(header, buffer, start)
     count = reader.count(header.count, RESPONSE_FIXED_SIZE, "responses")
@@ -248,7 +250,7 @@ def decode_reply(header: Header, buffer, start: int = 0) -> list[ResponseMeta]:
     return responses
 
 
-def decode_body(header: Header, buffer, start: int = 0):
+def decode_body(header: Header, buffer: Buffer, start: int = 0) -> Any:
     """Any message's metadata: Hello, Welcome, str (REFUSE), list (BATCH, REPLY), (code, message) (BATCH_ERROR),
     list[int] (CANCEL), int (ACK: replies processed)."""
     kind = header.kind
@@ -257,21 +259,23 @@ def decode_body(header: Header, buffer, start: int = 0):
     if kind == KIND_REPLY:
         return decode_reply(header, buffer, start)
     reader = _reader(header, buffer, start)
+    body: object
     if kind == KIND_HELLO:
-        numbers = reader.unpack(HELLO_LAYOUT, "HELLO")
+        index, max_batch_size, api_major, api_minor = reader.unpack(HELLO_LAYOUT, "HELLO")
         name = reader.name("HELLO: the model name")
-        body = Hello(*numbers, name, reader.str(MAX_TEXT_BYTES, "HELLO: token"), reader.str(MAX_TEXT_BYTES, "HELLO"))
+        token = reader.string(MAX_TEXT_BYTES, "HELLO: token")
+        body = Hello(index, max_batch_size, api_major, api_minor, name, token, reader.string(MAX_TEXT_BYTES, "HELLO"))
     elif kind == KIND_WELCOME:
         pid, threshold, spin_us, _, limit = reader.unpack(WELCOME_LAYOUT, "WELCOME")
-        body = Welcome(pid, threshold, spin_us, limit, reader.str(MAX_TEXT_BYTES, "WELCOME: the worker version"))
+        body = Welcome(pid, threshold, spin_us, limit, reader.string(MAX_TEXT_BYTES, "WELCOME: the worker version"))
     elif kind == KIND_REFUSE:
-        body = reader.str(MAX_TEXT_BYTES, "REFUSE: the message")
+        body = reader.string(MAX_TEXT_BYTES, "REFUSE: the message")
     elif kind == KIND_BATCH_ERROR:
         code = reader.unpack(_U8, "BATCH_ERROR")[0]
         reader.take(3, "BATCH_ERROR")
         if code > ERROR_CANCELLED:
             raise WireError(f"BATCH_ERROR: unknown error code {code}")
-        body = (code, reader.str(MAX_TEXT_BYTES, "BATCH_ERROR: the message"))
+        body = (code, reader.string(MAX_TEXT_BYTES, "BATCH_ERROR: the message"))
     elif kind == KIND_CANCEL:
         count = reader.count(header.count, 4, "cancelled requests")
         body = list(struct.unpack_from(f"<{count}I", buffer, reader.take(4 * count, "CANCEL")))
