@@ -15,7 +15,7 @@ from tritonrt.proxy.wire_decode import decode_body
 
 names = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1, max_size=12)
 shapes = st.lists(st.integers(0, 6), max_size=4).map(tuple)
-DATA_LENGTH = 4096
+DATA_LENGTH = 1 << 15  # room for the largest inline tensor drawn: 6**4 elements of 8 bytes, +16
 
 
 @st.composite
