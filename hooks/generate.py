@@ -21,6 +21,9 @@ from typing import Any
 # Never vendored, at any depth: caches and build output of the template's own checkouts.
 SKIP_ANYWHERE = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".venv", "build", "dist"})
 SKIP_SUFFIXES = (".egg-info", ".pyc")
+# Left out of the vendored runtime: the template's tests (the runtime's and the backend crate's; `cargo build`
+# needs neither), cargo's build output and the backend library a wheel build places in the package.
+RUNTIME_SKIPPED = ("tests", "native/tests", "native/target", "tritonrt/_native")
 # Files that only make sense for some answers: path in the project -> is it wanted?
 OPTIONAL_FILES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "tests/test_streaming.py": lambda answers: answers["streaming"] == "yes",
@@ -31,26 +34,27 @@ UNRECORDED_KEYS = frozenset({"_output_dir", "_repo_dir", "_checkout", "_commit"}
 ANSWERS_FILE = ".cookiecutter.json"
 
 
-def vendor(source: pathlib.Path, destination: pathlib.Path, skip_top: Iterable[str] = ()) -> list[pathlib.Path]:
+def vendor(source: pathlib.Path, destination: pathlib.Path, skip: Iterable[str] = ()) -> list[pathlib.Path]:
     """Copy the tree ``source`` into ``destination`` and return the files copied (relative paths).
 
     Files already in ``destination`` (the template's own, e.g. ``loadtests/locustfile.py``) are kept.
-    ``skip_top`` names entries of ``source`` itself to leave out (e.g. ``tests``).
+    ``skip`` names paths relative to ``source`` to leave out, with everything under them (e.g. ``tests``,
+    ``native/target``).
 
     Example::
 
-        vendor(template / "loadtests", project / "loadtests", skip_top={"tests"})
+        vendor(template / "runtime", project / "runtime", skip=RUNTIME_SKIPPED)
     """
     if not source.is_dir():
         raise FileNotFoundError(
             f"The template has no {source.name}/ directory at {source}; generate from a complete checkout "
             "of the template repository."
         )
-    skipped_at_top = set(skip_top)
+    skipped = [pathlib.PurePosixPath(path).parts for path in skip]
     copied = []
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source)
-        if relative.parts[0] in skipped_at_top or _is_skipped(relative) or not path.is_file():
+        if _is_skipped(relative, skipped) or not path.is_file():
             continue
         target = destination / relative
         if target.exists():
@@ -61,7 +65,9 @@ def vendor(source: pathlib.Path, destination: pathlib.Path, skip_top: Iterable[s
     return copied
 
 
-def _is_skipped(relative: pathlib.Path) -> bool:
+def _is_skipped(relative: pathlib.Path, skipped: list[tuple[str, ...]]) -> bool:
+    if any(relative.parts[: len(parts)] == parts for parts in skipped):
+        return True
     return any(part in SKIP_ANYWHERE or part.endswith(SKIP_SUFFIXES) for part in relative.parts)
 
 
@@ -113,8 +119,8 @@ def next_steps(project_dir: pathlib.Path, answers: Mapping[str, Any]) -> str:
 def main(context: Mapping[str, Any], template_root: pathlib.Path, project_dir: pathlib.Path) -> int:
     """Run every step; return the hook's exit status."""
     try:
-        vendor(template_root / "runtime", project_dir / "runtime", skip_top={"tests"})
-        vendor(template_root / "loadtests", project_dir / "loadtests", skip_top={"tests"})
+        vendor(template_root / "runtime", project_dir / "runtime", skip=RUNTIME_SKIPPED)
+        vendor(template_root / "loadtests", project_dir / "loadtests", skip=("tests",))
     except OSError as error:
         print(f"Cannot finish the project: {error}", file=sys.stderr)
         return 1

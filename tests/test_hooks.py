@@ -338,10 +338,21 @@ def test_vendor_copies_the_tree_without_tests_caches_and_build_output(tmp_path: 
     make_tree(source, ["pyproject.toml", "pkg/__init__.py", "pkg/sub/mod.py", "pkg/tests/data.txt",
                        "tests/test_x.py", "pkg/__pycache__/mod.cpython-311.pyc", "pkg/stale.pyc",
                        "pkg.egg-info/PKG-INFO", "build/lib/pkg/__init__.py", ".pytest_cache/v/x"])  # fmt: skip
-    copied = generate.vendor(source, destination, skip_top={"tests"})
+    copied = generate.vendor(source, destination, skip=("tests",))
     assert sorted(map(str, copied)) == ["pkg/__init__.py", "pkg/sub/mod.py", "pkg/tests/data.txt", "pyproject.toml"]
     assert (destination / "pkg" / "sub" / "mod.py").read_text() == "content of pkg/sub/mod.py"
     assert not (destination / "tests").exists()
+
+
+def test_the_runtime_is_vendored_with_the_backend_sources_but_no_build_output(tmp_path: Path) -> None:
+    source, destination = tmp_path / "runtime", tmp_path / "project" / "runtime"
+    make_tree(source, ["setup.py", "native/Cargo.toml", "native/Cargo.lock", "native/src/lib.rs",
+                       "native/src/wire/mod.rs", "native/tests/golden/hello.bin", "native/tests/spec.rs",
+                       "native/target/release/libtriton_tritonrt.so", "native/target/release/deps/x.rlib",
+                       "tritonrt/__init__.py", "tritonrt/_native/libtriton_tritonrt.so", "tests/test_x.py"])  # fmt: skip
+    copied = generate.vendor(source, destination, skip=generate.RUNTIME_SKIPPED)
+    assert sorted(map(str, copied)) == ["native/Cargo.lock", "native/Cargo.toml", "native/src/lib.rs",
+                                        "native/src/wire/mod.rs", "setup.py", "tritonrt/__init__.py"]  # fmt: skip
 
 
 def test_vendor_keeps_the_files_the_template_already_wrote(tmp_path: Path) -> None:
