@@ -122,6 +122,11 @@ def test_the_runtime_and_load_tests_are_vendored(project: Path) -> None:
     vendored = [path.relative_to(project) for name in VENDORED for path in (project / name).rglob("*")]
     assert [path for path in vendored if path.parts[1] == "tests" or "__pycache__" in path.parts] == []
     assert [path for path in vendored if path.name.endswith((".egg-info", ".pyc"))] == []
+    # The backend's sources, for make install and make runtime-wheel (cargo); never a build of it.
+    native = project / "runtime" / "native"
+    assert all((native / name).is_file() for name in ("Cargo.toml", "Cargo.lock", "src/lib.rs"))
+    assert not (native / "target").exists() and not (native / "tests").exists()
+    assert not (project / "runtime" / "tritonrt" / "_native").exists()
 
 
 def test_only_the_chosen_options_leave_files(project: Path) -> None:
@@ -139,8 +144,8 @@ def test_lint_passes(project: Path) -> None:
 def test_make_help_lists_every_target(project: Path) -> None:
     result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
     listed = re.findall(r"make (\S+)", result.stdout)
-    expected = ["help", "install", "serve", "test", "lint", "image", "run", "wheels", "loadtest", "loadtest-ui",
-                "update"]  # fmt: skip
+    expected = ["help", "install", "serve", "test", "lint", "image", "run", "wheels", "runtime-wheel", "loadtest",
+                "loadtest-ui", "update"]  # fmt: skip
     expected += ["k8s", "checkov"]
     assert listed == expected
 

@@ -47,7 +47,7 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 IMAGE = "{{ cookiecutter.project }}:test"
 HTTP, GRPC, METRICS = 8000, 8001, 8002
-SHM_SIZE = "1g"
+SHM_SIZE = "256m"  # as make run and the Deployment give
 # Guards against hanging, not measurements.
 READY_TIMEOUT_S = 300
 HEALTHY_TIMEOUT_S = 120

@@ -178,7 +178,7 @@ def test_inference_through_the_named_ports(pod: Pod, ready: float, port: str) ->
     url = pod.urls[port].replace("http://", "grpc://") if port == "grpc" else pod.urls[port]
     with Client(url) as client:
         assert_outputs_equal(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
-        if spec.BATCHING:  # the largest batch fits in the shared memory the emptyDir gives
+        if spec.BATCHING:  # the largest batch fits in the memory the pod is given
             batch = client.predict_batch(**spec.example_inputs(spec.MAX_BATCH_SIZE))
             assert_outputs_equal(outputs_of(batch), expected_outputs(spec.MAX_BATCH_SIZE))
 
