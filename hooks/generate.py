@@ -104,7 +104,7 @@ def next_steps(project_dir: pathlib.Path, answers: Mapping[str, Any]) -> str:
     """The text printed after generation: how to get from here to a served request."""
     package = answers["package"]
     commands = [
-        ("make install", ".venv with the tritonrt runtime and the service (editable)"),
+        ("make install", ".venv with the tritonrt runtime (its backend built with cargo) and the service"),
         ("make serve", f"python -m {package}: HTTP :8000, gRPC :8001, metrics :8002"),
         (f".venv/bin/python -m {package}.client", "in another terminal: send an example request"),
         ("make test", "unit and integration tests"),
