@@ -1,12 +1,13 @@
 """Container tests: build the service image and run it the way an orchestrator would.
 
-Builds the Dockerfile (``BASE_IMAGE`` from the environment, else the Dockerfile's default; the runtime from
-its platform wheel in ``dist/``, made first by ``make runtime-wheel`` when missing; with no network at all when
-``wheels/`` holds wheels, which proves the wheelhouse is complete), starts the image with shared memory, its
-ports published and all GPUs when the engine has the NVIDIA runtime, waits for ``/v2/health/ready``, then
-checks the runtime's backend library in the image, inference over HTTP and gRPC through the client, a short
-load test with its gates, the non-root user, the HEALTHCHECK, draining on SIGTERM, the exit when the service
-dies, the restart of a tritonserver that died and the access token kept off every command line.
+Builds the Dockerfile (``BASE_IMAGE`` from the environment, else the Dockerfile's default; the runtime
+from its platform wheel in ``dist/``, made first by ``make runtime-wheel`` when missing; with no network
+at all when ``wheels/`` holds wheels, which proves the wheelhouse is complete), starts the image with
+shared memory, its ports published and all GPUs when the engine has the NVIDIA runtime, waits for
+``/v2/health/ready``, then checks the runtime's backend library in the image, inference over HTTP and
+gRPC through the client, a short load test with its gates, the non-root user, the HEALTHCHECK, draining
+on SIGTERM, the exit when the service dies, the restart of a tritonserver that died and the access token
+kept off every command line.
 Prints the image build time, the image size above the base and the time from start to ready. The image
 stays tagged ``{{ cookiecutter.project }}:test``, so the next run reuses its layers.
 
@@ -150,14 +151,15 @@ def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -
 
 
 def ensure_runtime_wheel(config: pytest.Config, base: str) -> None:
-    """The runtime's platform wheel in dist/, which the Dockerfile installs: ``make runtime-wheel`` when there is
-    none (cargo builds tritonrt's backend library; the make target says what to do without cargo)."""
+    """The runtime's platform wheel in dist/, which the Dockerfile installs: ``make runtime-wheel`` when
+    there is none (cargo builds tritonrt's backend library; the target says what to do without cargo)."""
     if any((PROJECT_DIR / "dist").glob("tritonrt-*.whl")):
         return
     report(config, "dist/ has no runtime wheel: make runtime-wheel")
     command = ["make", "runtime-wheel", f"PY={sys.executable}", f"BASE_IMAGE={base}"]
     result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"make runtime-wheel failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"make runtime-wheel failed:\n{output}"
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +285,8 @@ def test_the_runtime_is_installed_with_its_backend_library(service: Running) -> 
     status, output = service.wrapped.exec_run(["python", "-c", show])
     path = output.decode(errors="replace").strip()
     assert status == 0, path
-    assert re.fullmatch(r"/opt/venv/lib/python3\.\d+/site-packages/tritonrt/_native/libtriton_tritonrt\.so", path), path
+    shipped = r"/opt/venv/lib/python3\.\d+/site-packages/tritonrt/_native/libtriton_tritonrt\.so"
+    assert re.fullmatch(shipped, path), path
 
 
 def test_every_process_runs_as_non_root(engine: docker.DockerClient, service: Running) -> None:
