@@ -8,21 +8,23 @@ The GPU machine has Python 3.12 with torch (CUDA) and no network, so the check c
 
 ``pack`` needs the network and the repository's ``.venv`` (tritonrt, pip). It writes to the carry folder:
 
-- ``server.tar.xz``: tritonserver laid out as in NGC's ``/opt/tritonserver`` (``bin/``, ``lib/``,
-  ``backends/python`` with the Python backend stub for the target Python), from the ``nvidia-pytriton``
-  wheel that ``tritonrt install-server`` uses. Left out: the stubs of the other Pythons, the libpython 3.13
-  the wheel bundles for its 3.13 stub, ``caches/`` (tritonrt turns on no response cache) and the debug
-  symbols of the server's own binaries (``strip``).
+- ``server.tar.xz``: tritonserver laid out as in NGC's ``/opt/tritonserver`` (``bin/``, ``lib/``), from the
+  ``nvidia-pytriton`` wheel that ``tritonrt install-server`` uses. Left out: the Python backend (tritonrt's
+  models run in its native backend), the libpython 3.13 the wheel bundles for its 3.13 stub, ``caches/``
+  (tritonrt turns on no response cache) and the debug symbols of the server's own binaries (``strip``).
+- ``libtriton_tritonrt.so``: tritonrt's native backend (``cargo build --release`` of runtime/native when the
+  source tree has no build yet); ``run`` points ``TRITONRT_NATIVE_LIBRARY`` at it, since a baked project
+  vendors the backend's sources, not its build.
 - ``site.tar.xz``: ``pip install --target`` for CPython 3.12 on manylinux x86_64, no bytecode: the
-  runtime's dependencies (numpy 1.x for the stub, tritonclient[http,grpc], wrapt), the generated service's
-  and cookiecutter. Unpacked and xz-compressed, it is smaller than the same wheels (deflate) would be, and
-  the GPU machine needs no pip run.
+  runtime's dependencies but numpy (tritonclient[http,grpc], wrapt: the machine's own numpy 2, the one torch
+  uses, serves the service), the generated service's and cookiecutter. Unpacked and xz-compressed, it is
+  smaller than the same wheels (deflate) would be, and the GPU machine needs no pip run.
 - ``manifest.json``: the target Python, the sizes, what was left out.
 
 ``run`` extracts the carry into ``build/gpu-check/``, bakes ``framework=pytorch`` there with cookiecutter
 and runs ``bench/gpu_service.py`` with ``PYTHONPATH`` = the carried site-packages, the project's ``src/``
-and ``runtime/`` (so the carried numpy 1.x comes before the machine's numpy 2, for the stub) and
-``TRITONRT_SERVER_DIR`` = the carried server. It exits 0 only when the check passed on CUDA, or on CPU
+and ``runtime/``, ``TRITONRT_SERVER_DIR`` = the carried server and ``TRITONRT_NATIVE_LIBRARY`` = the carried
+backend. It exits 0 only when the check passed on CUDA, or on CPU
 with ``--allow-cpu`` (printed as a dry run).
 """
 
@@ -51,8 +53,8 @@ EXTRA_PACKAGES = ("cookiecutter>=2.6",)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")  # fmt: skip
 # Binaries of the server that ship with their symbols; stripping them loses only names in backtraces.
-STRIPPED = ("bin/tritonserver", "lib/libtritonserver-*.so", "backends/python/libtriton_python.so",
-            "backends/python/triton_python_backend_stub")  # fmt: skip
+STRIPPED = ("bin/tritonserver", "lib/libtritonserver-*.so")
+LIBRARY = "libtriton_tritonrt.so"
 _START = time.monotonic()
 
 
@@ -91,7 +93,7 @@ def write_tar_xz(source: pathlib.Path, archive: pathlib.Path) -> int:
 
 
 def pack_server(staging: pathlib.Path, python_version: str) -> list[str]:
-    """tritonserver with the stub for ``python_version``, without what the check does not use."""
+    """tritonserver without what the check does not use (the Python backend among it)."""
     server = staging / "server"
     progress(f"tritonrt install-server --python-version {python_version} (from the nvidia-pytriton wheel)")
     command = [sys.executable, "-m", "tritonrt", "install-server", "--dest", str(server),
@@ -105,21 +107,34 @@ def pack_server(staging: pathlib.Path, python_version: str) -> list[str]:
     if (server / "caches").is_dir():
         dropped.append("caches/ (the response cache: tritonrt turns none on)")
         shutil.rmtree(server / "caches")
-    shutil.rmtree(server / "backends" / "python" / "__pycache__", ignore_errors=True)
+    if (server / "backends" / "python").is_dir():
+        dropped.append("backends/python (the Python backend and its stub: tritonrt's models do not use it)")
+        shutil.rmtree(server / "backends" / "python")
     before = sum(path.stat().st_size for pattern in STRIPPED for path in server.glob(pattern))
     if shutil.which("strip"):
         subprocess.run(["strip", "--strip-unneeded", *(str(p) for pattern in STRIPPED for p in server.glob(pattern))],
                        check=True)  # fmt: skip
         after = sum(path.stat().st_size for pattern in STRIPPED for path in server.glob(pattern))
         dropped.append(f"debug symbols of {', '.join(STRIPPED)} ({mib(before - after)})")
-    dropped.append("the Python backend stubs of the other Pythons (3.8 to 3.13 ship in the wheel)")
     return dropped
+
+
+def pack_library(carry: pathlib.Path) -> int:
+    """Copy tritonrt's backend library into the carry (built with cargo first if the tree has none)."""
+    native = REPO / "runtime" / "native"
+    built = native / "target" / "release" / LIBRARY
+    if not built.is_file():
+        progress("cargo build --release of runtime/native (tritonrt's backend)")
+        if shutil.which("cargo") is None or subprocess.run(["cargo", "build", "--release"], cwd=native).returncode:
+            fail(f"no {built} and cargo could not build it: install Rust's cargo (https://rustup.rs)")
+    shutil.copyfile(built, carry / LIBRARY)
+    return (carry / LIBRARY).stat().st_size
 
 
 def pack_site(staging: pathlib.Path, python_version: str) -> list[str]:
     """``pip install --target`` of the runtime's dependencies and cookiecutter for ``python_version``."""
     site = staging / "site"
-    requirements = [*runtime_requirements(), "numpy>=1.21", *EXTRA_PACKAGES]
+    requirements = [*runtime_requirements(), *EXTRA_PACKAGES]
     progress(f"pip install --target for CPython {python_version} manylinux x86_64: {' '.join(requirements)}")
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--no-compile",
@@ -128,12 +143,17 @@ def pack_site(staging: pathlib.Path, python_version: str) -> list[str]:
     if subprocess.run(command).returncode != 0:
         fail("pip could not install the carried packages (its message is above); is PyPI reachable?")
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with this machine's shebang
-    return [f"bytecode and console scripts of the carried packages ({', '.join(requirements)})"]
+    for numpy in [*site.glob("numpy"), *site.glob("numpy.libs"), *site.glob("numpy-*.dist-info")]:
+        shutil.rmtree(numpy)  # the machine's numpy serves: the one its torch was built with
+    return [
+        "numpy (the GPU machine's own serves)",
+        f"bytecode and console scripts of the carried packages ({', '.join(requirements)})",
+    ]
 
 
 def pack(carry: pathlib.Path, python_version: str) -> int:
     carry.mkdir(parents=True, exist_ok=True)
-    for old in ("server.tar.xz", "site.tar.xz", "manifest.json"):
+    for old in ("server.tar.xz", "site.tar.xz", LIBRARY, "manifest.json"):
         (carry / old).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu-carry-") as tmp:
         staging = pathlib.Path(tmp)
@@ -146,6 +166,8 @@ def pack(carry: pathlib.Path, python_version: str) -> int:
                 "unpacked": unpacked,
                 "packed": write_tar_xz(staging / name, carry / f"{name}.tar.xz"),
             }
+    library = pack_library(carry)
+    sizes[LIBRARY] = {"unpacked": library, "packed": library}
     total = sum(entry["packed"] for entry in sizes.values())
     manifest = {"python": python_version, "sizes": sizes, "total": total, "dropped": dropped}
     (carry / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -205,7 +227,8 @@ def run(carry: pathlib.Path, work: pathlib.Path, service_args: list[str]) -> int
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
     project = bake(work, env)
     env["PYTHONPATH"] = os.pathsep.join(str(path) for path in (site, project / "src", project / "runtime"))
-    env.update(TRITONRT_SERVER_DIR=str(work / "server"), TRITONRT_NO_DOWNLOAD="1")
+    env.update(TRITONRT_SERVER_DIR=str(work / "server"), TRITONRT_NO_DOWNLOAD="1",
+               TRITONRT_NATIVE_LIBRARY=str((carry / LIBRARY).resolve()))  # fmt: skip
     command = [sys.executable, str(REPO / "bench" / "gpu_service.py"), "--project", str(project), *service_args]
     progress(f"serving {project.name} through tritonrt: {' '.join(command[1:])}")
     return subprocess.run(command, env=env).returncode
