@@ -5,9 +5,11 @@ Two faults are recovered, one at a time, on the supervisor's own thread:
 - tritonserver exited without being asked to (killed, or crashed by a request): it is started again with the
   same models (:attr:`RecoveryPolicy.server_restarts`);
 - a model's instance lost its connection to the model's worker while Triton still reports the model ready
-  (its Python backend stub died, say): the model is unloaded and loaded again through Triton's repository API
-  (:attr:`RecoveryPolicy.model_reloads`). Triton reports it not ready from the unload until the load ends. An
-  instance that goes away while Triton unloads the model (someone with the token unloaded it) is no fault.
+  and no new instance connected (the backend dropped a connection it could not read, say): the model is
+  unloaded and loaded again through Triton's repository API (:attr:`RecoveryPolicy.model_reloads`). Triton
+  reports it not ready from the unload until the load ends. An instance that goes away while Triton unloads
+  the model (someone with the token unloaded it) is no fault, nor is one replaced by a load of the model
+  (unloaded and loaded on purpose: the new instances connect during the load).
 
 Tries are counted per fault over a sliding window; the first try of a window starts at once, each further one
 waits twice as long as the one before (``backoff_s``, ``2 * backoff_s``, ... up to ``max_backoff_s``). When a
@@ -17,7 +19,8 @@ stops, and a service exits non-zero so that its orchestrator replaces it.
 Example::
 
     supervisor = Supervisor(RecoveryPolicy(), restart_server=restart, reload_model=reload,
-                            server_live=api.is_live, model_ready=api.is_model_ready, give_up=stop_with_failure)
+                            server_live=api.is_live, model_ready=api.is_model_ready,
+                            model_connected=lambda name: models[name].connected(), give_up=stop_with_failure)
     process.register_on_exit(supervisor.server_exited)
     worker_on_peer_lost = lambda: supervisor.model_lost("double")
 """
@@ -133,7 +136,8 @@ class Supervisor:
 
     ``restart_server()`` starts tritonserver again with the bound models (None where the server is not
     ours); ``reload_model(name)`` unloads and loads a model; ``server_live()`` says whether the server
-    answers, ``model_ready(name)`` whether it reports the model ready; ``give_up(reason)`` is called once
+    answers, ``model_ready(name)`` whether it reports the model ready, ``model_connected(name)`` whether every
+    instance of the model is connected to its worker; ``give_up(reason)`` is called once
     when a fault cannot be recovered. The callables raise to say that a try failed.
     """
 
@@ -146,12 +150,14 @@ class Supervisor:
         server_live: Callable[[], bool],
         model_ready: Callable[[str], bool],
         give_up: Callable[[str], None],
+        model_connected: Callable[[str], bool] = lambda name: False,
     ):
         self.policy = policy
         self._restart_server = restart_server
         self._reload_model = reload_model
         self._server_live = server_live
         self._model_ready = model_ready
+        self._model_connected = model_connected
         self._give_up = give_up
         self._server_budget = _Budget(policy.server_restarts, policy)
         self._model_budgets: dict[str, _Budget] = {}
@@ -266,8 +272,11 @@ class Supervisor:
         if not self._model_ready(name):  # being unloaded (or loaded) on purpose: its instances go away
             LOGGER.info("An instance of model %r went away while Triton does not serve the model: no fault", name)
             return
+        if self._model_connected(name):  # unloaded and loaded again on purpose: new instances are connected
+            LOGGER.info("Model %r was loaded again and its instances are connected: no fault", name)
+            return
         budget = self._model_budgets.setdefault(name, _Budget(self.policy.model_reloads, self.policy))
-        reason = f"model {name!r} lost its connection to tritonserver (its instance's process died)"
+        reason = f"model {name!r} lost its connection to tritonserver (an instance of it went away)"
         while (delay := budget.next_delay()) is not None:
             LOGGER.error(
                 "%s: reloading it%s (reload %d of at most %d in %.0f s)",
