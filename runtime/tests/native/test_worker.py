@@ -234,3 +234,12 @@ def test_stop_wakes_a_worker_waiting_for_a_batch(harness):
     h.worker.join(5)
     assert not h.worker.is_alive() and not h.lost.is_set()
     assert not h.listener.path.exists()
+
+
+def test_polling_is_off_unless_asked_for():
+    assert (WorkerSettings().spin_us, WorkerSettings().worker_spin_us) == (0, 0)
+    assert WorkerSettings.from_env({}) == WorkerSettings()
+    settings = WorkerSettings.from_env({"TRITONRT_SPIN_US": "200", "TRITONRT_WORKER_SPIN_US": " 1000 "})
+    assert (settings.spin_us, settings.worker_spin_us) == (200, 1000)
+    with pytest.raises(ValueError, match="TRITONRT_SPIN_US='-1'"):
+        WorkerSettings.from_env({"TRITONRT_SPIN_US": "-1"})
