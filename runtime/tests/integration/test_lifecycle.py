@@ -142,6 +142,8 @@ def test_stop_leaves_nothing_behind(new_triton):
     assert server.infer("grpc", "twice", LARGE)["y"].sum() == 2 * LARGE["x"].size
     tree = server_tree(server.triton)
     assert [len(tree[kind]) for kind in ("guard", "tritonserver")] == [1, 1]
+    for process in (tree["guard"][0], tree["tritonserver"][0]):  # this session, a process group of their own
+        assert os.getsid(process.pid) == os.getsid(0) and os.getpgid(process.pid) != os.getpgid(0)
     cleanup = cleanup_of(tree["tritonserver"][0], psutil.Process())
     assert len(cleanup) == 2, cleanup
     workspace = server_workspace(tree["tritonserver"][0])
