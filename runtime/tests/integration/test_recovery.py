@@ -21,6 +21,7 @@ import pytest
 
 from tritonrt.decorators import batch
 from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.server.supervisor import RECONNECT_GRACE_S
 from tritonrt.triton import RecoveryPolicy
 
 pytestmark = pytest.mark.integration
@@ -106,11 +107,13 @@ def test_a_lost_instance_is_noticed_and_its_model_reloaded(new_triton, recoverie
 
 
 def test_a_lost_connection_is_made_again_by_the_next_request(new_triton, recoveries):
-    """The backend connects again for its next batch: a request after the break is answered, whether or not
-    tritonrt's reload of the model came first."""
+    """The backend connects again for its next batch: a request right after the break is answered, and the
+    model is not reloaded (a reload would make it unavailable meanwhile)."""
     server = serving(new_triton, RecoveryPolicy(**FAST))
     break_connection(server, "double")
     assert_serves(server)
+    time.sleep(RECONNECT_GRACE_S + 0.5)
+    assert recoveries.faults == [] and recoveries.recovered == []
     assert server.triton.is_alive() and server.triton.failure is None
 
 

@@ -54,6 +54,7 @@ class Recorder:
             model_ready=lambda name: self.ready,
             model_connected=lambda name: self.connected,
             give_up=self.give_up,
+            reconnect_grace_s=0.05,
         )
 
 

@@ -47,6 +47,10 @@ MODEL_RELOADS_VARIABLE = "TRITONRT_MODEL_RELOADS"
 # A worker also loses its peer when tritonserver itself dies, a moment before the server's exit is reported:
 # a model's recovery first waits this long for the server to answer (or for that report).
 _SERVER_GRACE_S = 5.0
+# tritonrt's backend connects again for an instance's next batch by itself: a model whose instance lost its
+# connection is reloaded only if it has not connected again within this time (under traffic it has, within
+# milliseconds, and a reload would only make the model unavailable meanwhile).
+RECONNECT_GRACE_S = 1.0
 _POLL_S = 0.05
 
 
@@ -137,7 +141,8 @@ class Supervisor:
     ``restart_server()`` starts tritonserver again with the bound models (None where the server is not
     ours); ``reload_model(name)`` unloads and loads a model; ``server_live()`` says whether the server
     answers, ``model_ready(name)`` whether it reports the model ready, ``model_connected(name)`` whether every
-    instance of the model is connected to its worker; ``give_up(reason)`` is called once
+    instance of the model is connected to its worker (a model whose instances connect again within
+    ``reconnect_grace_s`` is not reloaded); ``give_up(reason)`` is called once
     when a fault cannot be recovered. The callables raise to say that a try failed.
     """
 
@@ -151,6 +156,7 @@ class Supervisor:
         model_ready: Callable[[str], bool],
         give_up: Callable[[str], None],
         model_connected: Callable[[str], bool] = lambda name: False,
+        reconnect_grace_s: float = RECONNECT_GRACE_S,
     ):
         self.policy = policy
         self._restart_server = restart_server
@@ -158,6 +164,7 @@ class Supervisor:
         self._server_live = server_live
         self._model_ready = model_ready
         self._model_connected = model_connected
+        self._reconnect_grace_s = reconnect_grace_s
         self._give_up = give_up
         self._server_budget = _Budget(policy.server_restarts, policy)
         self._model_budgets: dict[str, _Budget] = {}
@@ -210,11 +217,9 @@ class Supervisor:
                 if self._closed:
                     return
                 kind, subject = self._events[0]
+            done: str | None = None
             try:
-                if kind == "server":
-                    self._restart(int(subject))
-                else:
-                    self._reload(subject)
+                done = self._restart(int(subject)) if kind == "server" else self._reload(subject)
             except Exception as error:  # a bug in a recovery: stop rather than serve half broken
                 LOGGER.exception("Recovering from a fault failed")
                 self._give_up(f"tritonrt could not recover from a fault: {error}")
@@ -223,6 +228,9 @@ class Supervisor:
                     self._events.popleft()
                 if kind == "server":  # a restart loads every model again: earlier losses are moot
                     self._events = collections.deque(e for e in self._events if e[0] == "server")
+            # Reported once the fault is off the queue: a new fault of the same kind from here on is handled.
+            if done is not None:
+                LOGGER.warning("%s", done)
 
     def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; True when the supervisor was closed meanwhile."""
@@ -233,19 +241,20 @@ class Supervisor:
         with self._cv:
             return self._has("server")
 
-    def _restart(self, code: int) -> None:
+    def _restart(self, code: int) -> str | None:
+        """Restart the server; the message that says it was done, if it was."""
         budget, window = self._server_budget, self.policy.window_s
         reason = f"tritonserver exited unexpectedly ({describe_exit(code)})"
         if self._restart_server is None:
             self._give_up(reason)
-            return
+            return None
         while (delay := budget.next_delay()) is not None:
             LOGGER.error(
                 "%s: restarting it%s (restart %d of at most %d in %.0f s)",
                 reason, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, window,
             )  # fmt: skip
             if self._wait(delay):
-                return
+                return None
             budget.spend()
             started = time.monotonic()
             try:
@@ -253,28 +262,36 @@ class Supervisor:
             except Exception as error:
                 reason = f"restarting tritonserver failed: {error}"
                 continue
-            if not self._closed:
-                LOGGER.warning("tritonserver restarted; its models are ready (%.1f s)", time.monotonic() - started)
-            return
+            if self._closed:
+                return None
+            return f"tritonserver restarted; its models are ready ({time.monotonic() - started:.1f} s)"
         self._give_up(
             f"{reason}; it was restarted {budget.used()} time(s) in the last {window:.0f} s, the most the "
             f"RecoveryPolicy allows (server_restarts={budget.limit})"
         )
+        return None
 
-    def _reload(self, name: str) -> None:
+    def _reload(self, name: str) -> str | None:
+        """Reload the model unless its loss was no fault; the message that says it was done, if it was."""
         deadline = time.monotonic() + _SERVER_GRACE_S
         while not self._server_live():
             if self._server_failed() or self._closed:
-                return  # the server's restart brings every model back
+                return None  # the server's restart brings every model back
             if time.monotonic() > deadline:
                 break
             time.sleep(_POLL_S)
         if not self._model_ready(name):  # being unloaded (or loaded) on purpose: its instances go away
             LOGGER.info("An instance of model %r went away while Triton does not serve the model: no fault", name)
-            return
-        if self._model_connected(name):  # unloaded and loaded again on purpose: new instances are connected
-            LOGGER.info("Model %r was loaded again and its instances are connected: no fault", name)
-            return
+            return None
+        deadline = time.monotonic() + self._reconnect_grace_s
+        while not self._model_connected(name):  # connected again for a batch, or loaded again on purpose
+            if time.monotonic() > deadline:
+                break
+            if self._wait(_POLL_S) or self._server_failed():
+                return None
+        else:
+            LOGGER.info("Model %r lost an instance's connection, and its instances are connected again: no fault", name)
+            return None
         budget = self._model_budgets.setdefault(name, _Budget(self.policy.model_reloads, self.policy))
         reason = f"model {name!r} lost its connection to tritonserver (an instance of it went away)"
         while (delay := budget.next_delay()) is not None:
@@ -283,7 +300,7 @@ class Supervisor:
                 reason, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, self.policy.window_s,
             )  # fmt: skip
             if self._wait(delay) or self._server_failed():
-                return
+                return None
             budget.spend()
             started = time.monotonic()
             try:
@@ -291,9 +308,9 @@ class Supervisor:
             except Exception as error:
                 reason = f"reloading model {name!r} failed: {error}"
                 continue
-            LOGGER.warning("Model %r reloaded and ready again (%.1f s)", name, time.monotonic() - started)
-            return
+            return f"Model {name!r} reloaded and ready again ({time.monotonic() - started:.1f} s)"
         self._give_up(
             f"{reason}; it was reloaded {budget.used()} time(s) in the last {self.policy.window_s:.0f} s, the "
             f"most the RecoveryPolicy allows (model_reloads={budget.limit})"
         )
+        return None
