@@ -8,9 +8,8 @@ DEMO_PROJECT := $(DEMO_DIR)/my-service
 # The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
 DEMO_PORT ?= 8000
 # `make test` runs the runtime's tests on these Pythons too, each in its own venv (.venv-py3.10), built by make.
-# 3.13 joins once tritonrt's native backend lands: the Python backend stub needs numpy 1.x, which has no
-# wheels for 3.13. EXTRA_PYTHONS= runs on $(PYTHON) alone.
-EXTRA_PYTHONS ?= 3.10
+# EXTRA_PYTHONS= runs on $(PYTHON) alone.
+EXTRA_PYTHONS ?= 3.10 3.13
 # Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
 find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
@@ -48,7 +47,7 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov>=3.2,<4"
 	touch $@
 
-# The runtime and its test tools on Python X.Y (the server with the stub for X.Y comes on first use).
+# The runtime and its test tools on Python X.Y (the server comes on first use).
 $(VENV)-py%/.installed: runtime/pyproject.toml
 	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
 		$(HOME)/.pyenv/versions/$*.*, python$* on PATH): install it (pyenv install $*) or leave it out of \

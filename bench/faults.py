@@ -2,8 +2,9 @@
 
     python bench/faults.py [--rounds 3]
 
-For each fault (kill -9 of the model's Python backend stub; kill -9 of tritonserver; the HTTP request with
-shape [1, 2^40] that aborts tritonserver; the one with 100k nested brackets that segfaults it), on a fresh
+For each fault (the connection between the model's instance and its worker closed; kill -9 of tritonserver;
+the HTTP request with shape [1, 2^40] that aborts tritonserver; the one with 100k nested brackets that
+segfaults it), on a fresh
 tritonrt server serving an FP32 doubling model: two threads probe ``/v2/health/ready`` and inference
 back to back; the script prints, from the fault on, when readiness first said not ready (tritonrt noticed, or
 the server was gone), when it said ready again, when an inference sent after that first succeeded, how many
@@ -91,8 +92,10 @@ def tritonserver_of(triton: Triton) -> psutil.Process:
 def cause(fault: str, triton: Triton) -> None:
     port = triton.config.http_port
     server = tritonserver_of(triton)
-    if fault == "kill -9 stub":
-        next(p for p in server.children() if p.name() == "triton_python_backend_stub").send_signal(signal.SIGKILL)
+    if fault == "lost connection":  # the instance lives in tritonserver: close the worker's end
+        connection = triton._models["double"]._workers[0]._connection
+        if connection is not None:
+            connection.link.sock.shutdown(socket.SHUT_RDWR)
     elif fault == "kill -9 tritonserver":
         os.kill(server.pid, signal.SIGKILL)
     else:
@@ -204,7 +207,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
-    for fault in ("kill -9 stub", "kill -9 tritonserver", "abort request", "segfault request"):
+    for fault in ("lost connection", "kill -9 tritonserver", "abort request", "segfault request"):
         rounds = [one_fault(fault) for _ in range(args.rounds)]
         print(f"{fault}:")
         for key in rounds[0]:

@@ -4,8 +4,9 @@ backend (libtriton_tritonrt.so + a worker built from tritonrt.proxy.connection),
     python bench/native.py [--duration 2] [--rounds 5] [--no-grpc] [--size "64 B"|"1 MiB"] [--with-proxy]
 
 Prints req/s, p50 and p99 per case (64 B and 1 MiB, 1 and 16 connections, HTTP via wrk and gRPC) and each
-server's ratio to the plain backend, paired round by round (see bench/run.py). ``--with-proxy`` adds today's
-tritonrt (the Python-stub proxy) to the same run. Note the machine's load: ratios within one run are what count.
+server's ratio to the plain backend, paired round by round (see bench/run.py). ``--with-proxy`` adds tritonrt
+itself (serve_identity.py: the native backend with tritonrt's worker and decorators) to the same run. Note the
+machine's load: ratios within one run are what count.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
-    parser.add_argument("--with-proxy", action="store_true", help="also run today's tritonrt (Python-stub proxy)")
+    parser.add_argument("--with-proxy", action="store_true", help="also run tritonrt itself (its worker, decorators)")
     args = parser.parse_args()
     args.pytriton = False
     commands = server_commands(args)

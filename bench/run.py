@@ -1,4 +1,6 @@
-"""Benchmark the proxy: plain Python-backend identity vs tritonrt vs PyTriton, one tritonserver build.
+"""Benchmark tritonrt: plain Python-backend identity vs tritonrt (its native backend) vs PyTriton, one
+tritonserver build. The plain model runs in Triton's Python stub, built against numpy 1.x: it gets numpy<2 from
+bench/.plain-site (installed on first run), on its own import path only.
 
     python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
 
@@ -20,6 +22,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -28,6 +31,7 @@ import urllib.request
 import psutil
 
 HERE = pathlib.Path(__file__).resolve().parent
+PLAIN_SITE = HERE / ".plain-site"
 CASES = [("64 B", 16, 1), ("64 B", 16, 16), ("1 MiB", 262144, 1), ("1 MiB", 262144, 16)]
 
 
@@ -145,14 +149,33 @@ def run_grpc(port: int, elements: int, connections: int, duration: float) -> dic
     return json.loads(out)
 
 
+def python_library_dir() -> str:
+    """This interpreter's libpython folder: Triton's Python stub (the plain model's, PyTriton's) loads it by soname."""
+    return sysconfig.get_config_var("LIBDIR") or ""
+
+
+def plain_site() -> pathlib.Path:
+    """numpy 1.x for the plain model, in a site folder of its own (bench/.plain-site, installed once): the Python
+    backend stub of this server build is compiled against numpy 1.x, and tritonrt itself takes numpy 2."""
+    marker = PLAIN_SITE / ".installed"
+    if not marker.exists():
+        print("bench: installing numpy<2 into bench/.plain-site for the plain model's stub ...", file=sys.stderr)
+        command = [sys.executable, "-m", "pip", "install", "--quiet", "--upgrade", "--target", str(PLAIN_SITE)]
+        subprocess.run([*command, "numpy<2"], check=True)
+        marker.touch()
+    return PLAIN_SITE
+
+
 def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     from tritonrt.server import environment
     from tritonrt.server.install import find_or_install_server
 
     server_dir = find_or_install_server()
     env = environment.server_environment(server_dir)
-    entries, _ = environment.import_paths()
-    plain_env = dict(env, BENCH_SYS_PATH=json.dumps(entries))
+    # The stub ignores PYTHONPATH: the plain model puts BENCH_SYS_PATH first on sys.path itself.
+    entries = [str(plain_site()), *(p for p in sys.path if p and os.path.isdir(p))]
+    library_path = os.pathsep.join(filter(None, [python_library_dir(), env["LD_LIBRARY_PATH"]]))
+    plain_env = dict(env, BENCH_SYS_PATH=json.dumps(entries), LD_LIBRARY_PATH=library_path)
     plain = [
         str(server_dir / "bin/tritonserver"), f"--model-repository={HERE / 'plain'}",
         f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
@@ -175,7 +198,7 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     if args.pytriton:
         python = HERE / ".venv-pytriton" / "bin" / "python"
         # PyTriton's stub, like ours, must load this interpreter's libpython.
-        pyt_env = dict(os.environ, LD_LIBRARY_PATH=str(environment.python_library_dir()))
+        pyt_env = dict(os.environ, LD_LIBRARY_PATH=python_library_dir())
         commands["pytriton"] = ([str(python), *serve, "--runtime", "pytriton"], pyt_env)
     return commands
 

@@ -5,9 +5,12 @@ The library comes from, in order: ``$TRITONRT_NATIVE_LIBRARY`` (a prebuilt .so),
 holding one (a prebuilt copy), or ``cargo build --release`` of runtime/native (std only: builds offline). The
 wheel's tag is ``manylinux_2_<N>_<arch>``, N the highest GLIBC symbol version the library needs.
 
-Without cargo and without a prebuilt library the wheel is built without the backend (pure Python), saying so,
-unless ``TRITONRT_REQUIRE_NATIVE=1`` (release builds, ``make wheels``): then that is an error. Everything else of
-the project's metadata is in pyproject.toml.
+An editable install (``pip install -e runtime``) builds the library into runtime/native/target, where
+tritonrt.proxy.native_files finds it in a source tree: tritonrt serves every model through it.
+
+Without cargo and without a prebuilt library the wheel is built without the backend (pure Python: it cannot
+serve), saying so, unless ``TRITONRT_REQUIRE_NATIVE=1`` (release builds, ``make wheels``): then that is an error.
+Everything else of the project's metadata is in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ def _required() -> bool:
     return os.environ.get("TRITONRT_REQUIRE_NATIVE") == "1"
 
 
-def native_library(build_temp: pathlib.Path) -> pathlib.Path | None:
-    """The backend library to ship: prebuilt, or built now with cargo; None if neither can be had."""
+def native_library(target_dir: pathlib.Path) -> pathlib.Path | None:
+    """The backend library to ship: prebuilt, or built now with cargo into ``target_dir``; None if neither can be
+    had."""
     override = os.environ.get("TRITONRT_NATIVE_LIBRARY")
     if override:
         path = pathlib.Path(override)
@@ -61,7 +65,7 @@ def native_library(build_temp: pathlib.Path) -> pathlib.Path | None:
             raise SystemExit(f"tritonrt build: {message}")
         _say(f"building without the native backend: {message}")
         return None
-    target = (build_temp / "cargo").resolve()  # cargo runs in runtime/native: an absolute path
+    target = target_dir.resolve()  # cargo runs in runtime/native: an absolute path
     _say("cargo build --release (runtime/native) ...")
     command = [cargo, "build", "--release", "--locked", "--offline", "--target-dir", str(target)]
     subprocess.run(command, cwd=NATIVE, check=True)
@@ -75,14 +79,16 @@ def glibc_minor(library: pathlib.Path) -> int:
 
 
 class BuildPy(build_py):
-    """build_py that also places the native library in the package (not in editable installs: there the
-    library is found in runtime/native/target, see tritonrt.proxy.native_files)."""
+    """build_py that also places the native library in the package; an editable install builds it where
+    tritonrt.proxy.native_files looks in a source tree (runtime/native/target/release) instead, since every
+    model tritonrt serves needs it."""
 
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):
+            native_library(NATIVE / "target")
             return
-        library = native_library(pathlib.Path(self.get_finalized_command("build").build_temp))
+        library = native_library(pathlib.Path(self.get_finalized_command("build").build_temp) / "cargo")
         target = pathlib.Path(self.build_lib) / "tritonrt" / "_native" / LIBRARY
         if library is None:
             target.unlink(missing_ok=True)  # a library left in build/ by an earlier build must not ship untagged

@@ -1,10 +1,10 @@
 """Fixtures shared by all of tritonrt's tests.
 
 - ``free_triton_config``: a factory of TritonConfig objects with free HTTP, gRPC and metrics ports.
-- A session-wide check that the tests leave no tritonserver, Python backend stub or tritonrt guard process
-  and no ``/dev/shm/tritonrt_*`` segment behind. Only what *this* session started counts (other test runs
-  may share the machine): processes are recognised by a marker variable every child inherits, segments by
-  the prefixes of the servers this session started.
+- A session-wide check that the tests leave no tritonserver or tritonrt guard process and no socket folder
+  of a tritonrt start behind. Only what *this* session started counts (other test runs may share the
+  machine): processes are recognised by a marker variable every child inherits, folders are those that this
+  session's starts made (tests starting servers in a subprocess add theirs).
 
 Example::
 
@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tritonrt import triton as triton_module
+from tritonrt.models.host import ModelHost
 from tritonrt.triton import TritonConfig
 
 SESSION_MARKER = "TRITONRT_TEST_SESSION"
-_SERVER_PROCESS_MARKS = ("tritonserver", "triton_python_backend_stub", "tritonrt.server.guard")
+_SERVER_PROCESS_MARKS = ("tritonserver", "tritonrt.server.guard")
 _LEFTOVER_WAIT_S = 30.0
 # Small, so that stop() does not wait long for clients that keep connections open.
 EXIT_TIMEOUT_SECS = 1
@@ -79,9 +79,8 @@ def _session_processes(marker: str) -> list[str]:
     return found
 
 
-def _segments(prefixes: set[str]) -> list[str]:
-    shm = pathlib.Path("/dev/shm")
-    return sorted(p.name for p in shm.glob("tritonrt_*") if any(p.name.startswith(x) for x in prefixes))
+def _existing(folders: set[str]) -> list[str]:
+    return sorted(folder for folder in folders if os.path.exists(folder))
 
 
 def _wait_until_empty(probe: Callable[[], list[str]]) -> list[str]:
@@ -95,32 +94,32 @@ def _wait_until_empty(probe: Callable[[], list[str]]) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def session_shm_prefixes() -> set[str]:
-    """Shared-memory prefixes of every server this session starts (tests starting servers in a
-    subprocess add theirs)."""
+def session_socket_dirs() -> set[str]:
+    """The socket folders of every start this session makes (tests starting servers in a subprocess add
+    theirs)."""
     return set()
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_leftovers(session_shm_prefixes: set[str]) -> Iterator[None]:
-    """Fail the session if its servers left processes or shared memory segments behind."""
+def no_leftovers(session_socket_dirs: set[str]) -> Iterator[None]:
+    """Fail the session if its servers left processes or socket folders behind."""
     marker = uuid.uuid4().hex
     previous = os.environ.get(SESSION_MARKER)
     os.environ[SESSION_MARKER] = marker
-    original_open = triton_module._ModelHost._open_transport
+    original_open = ModelHost._open_transport
 
-    def recording_open(self) -> None:  # every Triton / RemoteTriton names its segments here
+    def recording_open(self) -> None:  # every Triton / RemoteTriton makes its socket folder here
         original_open(self)
-        session_shm_prefixes.add(self._shm_prefix)
+        session_socket_dirs.add(str(self._socket_dir))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(triton_module._ModelHost, "_open_transport", recording_open)
+        patch.setattr(ModelHost, "_open_transport", recording_open)
         yield
     processes = _wait_until_empty(lambda: _session_processes(marker))
-    segments = _wait_until_empty(lambda: _segments(session_shm_prefixes))
+    folders = _wait_until_empty(lambda: _existing(session_socket_dirs))
     if previous is None:
         os.environ.pop(SESSION_MARKER, None)
     else:
         os.environ[SESSION_MARKER] = previous
     assert not processes, "The tests left server processes running:\n" + "\n".join(processes)
-    assert not segments, "The tests left shared memory segments in /dev/shm: " + ", ".join(segments)
+    assert not folders, "The tests left socket folders behind: " + ", ".join(folders)

@@ -15,7 +15,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     install_cmd = commands.add_parser("install-server", help="download and extract tritonserver")
     install_cmd.add_argument("--dest", type=pathlib.Path, help="target directory (default: the user cache)")
-    install_cmd.add_argument("--python-version", help="stub for this Python, e.g. 3.11 (default: this one)")
+    install_cmd.add_argument(
+        "--python-version",
+        help="the Python version whose Python backend stub to extract too, if the wheel has one, e.g. 3.11 "
+        "(default: this one; tritonrt's own models need no stub)",
+    )
     install_cmd.add_argument("--force", action="store_true", help="reinstall even if a server is there")
     commands.add_parser("server-dir", help="print the directory of the tritonserver tritonrt would use")
     args = parser.parse_args(argv)

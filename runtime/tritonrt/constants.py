@@ -40,8 +40,8 @@ DEFAULT_TRITON_STARTUP_TIMEOUT_S = 120
 CREATE_TRITON_CLIENT_TIMEOUT_S = 10
 """The network timeout of the calls a RemoteTriton makes while it stops (unloading its models)."""
 TRITON_PYTHON_BACKEND_INTERPRETER_DIRNAME = "python_backend_interpreter"
-"""PyTriton's folder name for a Python interpreter bundled with the server. tritonrt bundles none (the stub
-runs the serving process's own Python); the name is kept for programs that import it."""
+"""PyTriton's folder name for a Python interpreter bundled with the server. tritonrt bundles none (its native
+backend needs no Python in the server); the name is kept for programs that import it."""
 PYTRITON_HOME = pathlib.Path(
     os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")), "tritonrt"
 ).resolve()

@@ -25,10 +25,6 @@ import os
 import pathlib
 import shutil
 import tempfile
-import threading
-import uuid
-from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 from tritonrt._access import GRPC_ACCESS_HEADER, TRITON_ACCESS_HEADER
 from tritonrt.constants import (
@@ -38,13 +34,11 @@ from tritonrt.constants import (
     DEFAULT_TRITON_STARTUP_TIMEOUT_S,
     TRITON_LOCAL_IP,
 )
-from tritonrt.context import TritonContext, bind_triton_context
 from tritonrt.exceptions import PyTritonInvalidOperationError
-from tritonrt.model_config import ModelConfig, Tensor
-from tritonrt.models import repository, trace
+from tritonrt.models import trace
 from tritonrt.models.bound import BoundModel
+from tritonrt.models.host import MONITORING_PERIOD_S, ModelHost
 from tritonrt.models.remote import RemoteModels
-from tritonrt.models.warmup import warm_up
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
@@ -55,7 +49,6 @@ from tritonrt.server.config import (
     TritonSecurityConfig,
     merge_with_environment,
 )
-from tritonrt.server.guard import remove_shm
 from tritonrt.server.install import find_or_install_server
 from tritonrt.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
@@ -64,7 +57,7 @@ from tritonrt.server.lifecycle import (
     choose_policy,
 )
 from tritonrt.server.process import TritonServerProcess, check_port_free
-from tritonrt.server.supervisor import RecoveryPolicy, Supervisor
+from tritonrt.server.supervisor import RecoveryPolicy
 
 __all__ = [
     "DEFAULT_PROTECTED_ENDPOINTS",
@@ -83,233 +76,15 @@ __all__ = [
 ]
 
 LOGGER = logging.getLogger("tritonrt")
-_Host = TypeVar("_Host", bound="_ModelHost")
 
-MONITORING_PERIOD_S = 10.0  # PyTriton 0.7's period of serve()'s liveness checks
 DEFAULT_EXIT_TIMEOUT_S = 30
-# Python backend shared memory per stub: start size and growth step (Triton's defaults are 1 MiB each).
-PYTHON_BACKEND_SHM = {"shm-default-byte-size": str(4 << 20), "shm-growth-byte-size": str(4 << 20)}
 
 
 def _startup_timeout_s() -> float:
     return float(os.environ.get("TRITONRT_STARTUP_TIMEOUT_S", DEFAULT_TRITON_STARTUP_TIMEOUT_S))
 
 
-class _ModelHost:
-    """What Triton and RemoteTriton share: bound models, their workers, loading them into a server."""
-
-    def __init__(
-        self,
-        workspace: str | pathlib.Path | None,
-        security_config: TritonSecurityConfig | None,
-        lifecycle_policy: TritonLifecyclePolicy,
-        recovery: RecoveryPolicy | None = None,
-    ):
-        self._security = security_config or TritonSecurityConfig()
-        self._policy = lifecycle_policy
-        self._recovery = recovery or RecoveryPolicy.from_env()
-        self._supervisor: Supervisor | None = None
-        self._generation = 0  # counts server starts: a report from an earlier one's workers is stale
-        self._own_workspace = workspace is None
-        self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
-        self._workspace.mkdir(parents=True, exist_ok=True)
-        self._models: dict[str, BoundModel] = {}
-        self._lock = threading.RLock()
-        self._cv = threading.Condition(self._lock)
-        self._running = False
-        self._stopping = False
-        self._socket_dir: pathlib.Path | None = None
-        self._socket_parent: pathlib.Path | None = None  # where the socket folder is made (None: the temp folder)
-        self._shm_prefix = ""
-        self._api: ServerApi | None = None
-        self.failure: str | None = None
-        self.triton_context = TritonContext()
-
-    # -- binding ---------------------------------------------------------------------------------------------
-
-    def bind(
-        self,
-        model_name: str,
-        infer_func: Callable | Sequence[Callable],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int = 1,
-        config: ModelConfig | None = None,
-        strict: bool = False,
-        trace_config: list[str] | None = None,
-    ) -> None:
-        """Bind an inference callable (or one per instance, as a list) to a model named ``model_name``.
-
-        The callable receives a list of requests (dicts of numpy arrays) and returns a list of dicts.
-        When the server is running the model is loaded at once. ``trace_config`` gives the model its own
-        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``).
-        """
-        model = BoundModel.from_bind(
-            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
-        )
-        with self._lock:
-            if model_name in self._models:
-                raise PyTritonInvalidOperationError(
-                    f"A model named {model_name!r} is already bound; choose another name."
-                )
-            for infer_callable in model.callables:
-                bind_triton_context(infer_callable, self.triton_context)
-                self.triton_context.model_configs[infer_callable] = model.config
-            self._models[model_name] = model
-            if self._running:
-                self._deploy(model)
-
-    def get_access_token(self) -> str | None:
-        """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
-        restricted (``TritonSecurityConfig(restricted_endpoints=[])``) and no token was given."""
-        return self._security.access_token
-
-    def connect(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def is_connected(self) -> bool:
-        """True while the bound models are served (after run(), serve() or connect(), until stop())."""
-        return self._running
-
-    # -- lifecycle helpers -----------------------------------------------------------------------------------
-
-    def _open_transport(self) -> None:
-        self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-", dir=self._socket_parent))
-        self._socket_dir.chmod(0o700)
-        self._shm_prefix = f"tritonrt_{uuid.uuid4().hex[:12]}_"
-        self._import_paths = environment.import_paths()  # once per start: the shim of every model uses them
-
-    def _model_repository(self) -> pathlib.Path:
-        path = self._workspace / "model-repository"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def _open_socket_dir(self) -> pathlib.Path:
-        """The workers' socket folder of this start (made by ``_open_transport``)."""
-        if self._socket_dir is None:
-            raise PyTritonInvalidOperationError("The models' transport is not open: start the server with run().")
-        return self._socket_dir
-
-    def _server_api(self) -> ServerApi:
-        if self._api is None:
-            raise PyTritonInvalidOperationError("The server is not running: start it with run() first.")
-        return self._api
-
-    def _prepare(self, model: BoundModel) -> None:
-        model.attach(self._open_socket_dir(), os.getpid(), self._shm_prefix)
-        warm_up(model)  # before the model loads, as in PyTriton 0.7
-        self._publish(model)
-        generation = self._generation
-        model.start(self._on_unrecoverable, lambda: self._on_peer_lost(model.name, generation))
-
-    def _publish(self, model: BoundModel) -> None:
-        """Make the model's files available to the server (here: its repository folder)."""
-        repository.write_model(self._model_repository(), model.config, *self._import_paths)
-
-    def _load(self, model: BoundModel) -> None:
-        self._server_api().load_model(model.name)
-
-    def _deploy(self, model: BoundModel) -> None:
-        self._prepare(model)
-        self._load(model)
-        trace.apply_trace_config(self._server_api(), model)
-
-    def _on_unrecoverable(self, message: str) -> None:
-        LOGGER.error("%s: stopping the server", message)
-        with self._cv:
-            self.failure = self.failure or message
-            self._cv.notify_all()
-        threading.Thread(target=self.stop, name="tritonrt-unrecoverable-stop", daemon=True).start()
-
-    def _on_peer_lost(self, name: str, generation: int) -> None:
-        """A worker of ``name`` lost its instance unasked: have the supervisor reload the model."""
-        supervisor = self._supervisor  # read without the lock: a restart may hold it while it stops this worker
-        if self._stopping or not self._running or generation != self._generation or supervisor is None:
-            return
-        supervisor.model_lost(name)
-
-    def _reload_model(self, name: str) -> None:
-        """Unload, then load ``name``: Triton reports it not ready from the unload on, until it is loaded."""
-        api = self._server_api()
-        api.unload_model(name)
-        api.load_model(name)
-        self._models[name].move_to_new_instances()  # an old instance may linger while Triton unloads it
-
-    def _server_live(self) -> bool:
-        return self._api is not None and self._api.is_live()
-
-    def _start_supervisor(self, restart_server: Callable[[], None] | None) -> None:
-        self._supervisor = Supervisor(
-            self._recovery,
-            restart_server=restart_server,
-            reload_model=self._reload_model,
-            server_live=self._server_live,
-            model_ready=lambda name: self._api is not None and self._api.is_model_ready(name),
-            give_up=self._on_unrecoverable,
-        )
-
-    def _stop_supervisor(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.close()
-            self._supervisor = None
-
-    def _recovering(self) -> bool:
-        supervisor = self._supervisor
-        return supervisor is not None and supervisor.busy
-
-    def _close_models(self) -> None:
-        for model in self._models.values():
-            model.stop()
-        remove_shm(self._shm_prefix)
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
-            self._socket_dir = None
-
-    def _models_alive(self) -> bool:
-        if self.failure is not None:
-            return False
-        return self._recovering() or all(model.is_alive() for model in self._models.values())
-
-    def serve(self, monitoring_period_s: float | None = None, *, monitoring_period_sec: float | None = None) -> None:
-        """Run, then block until Ctrl+C (SIGINT), ``stop()`` (e.g. from a signal handler) or a failure; then stop
-        and return. Every ``monitoring_period_s`` (default 10 s; ``monitoring_period_sec``: the reference's name)
-        it checks that the server and the models' workers live."""
-        period = next((p for p in (monitoring_period_s, monitoring_period_sec) if p is not None), MONITORING_PERIOD_S)
-        self.run()
-        LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
-        try:
-            with self._cv:
-                while self.is_alive():
-                    self._cv.wait(timeout=period)
-        except KeyboardInterrupt:
-            LOGGER.info("SIGINT received, exiting.")
-        finally:
-            self.stop()
-
-    def run(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def is_alive(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def __enter__(self: _Host) -> _Host:
-        """Start serving (``run()``) unless the lifecycle policy says to wait for run()/serve()."""
-        if self._policy.launch_triton_on_startup:
-            try:
-                self.run()
-            except BaseException:
-                self.stop()
-                raise
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def stop(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-
-class Triton(_ModelHost):
+class Triton(ModelHost):
     """A Triton Inference Server started and owned by this process.
 
     Entering ``with Triton()`` starts the server (PyTriton 0.7) and models bound then load at once, unless the
@@ -342,7 +117,6 @@ class Triton(_ModelHost):
             if self._running:
                 return
             server_dir = find_or_install_server()
-            environment.check_stub(server_dir)
             env = environment.server_environment(server_dir)
             self._check_ports()
             self._open_transport()
@@ -416,15 +190,11 @@ class Triton(_ModelHost):
         return flags
 
     def _start_server(self, server_dir: pathlib.Path, env: dict[str, str], load_flags: list[str]) -> None:
-        shm_prefix = self._shm_prefix
-        repository_path = self._model_repository()
-        backend_config = {**PYTHON_BACKEND_SHM, "shm-region-prefix-name": shm_prefix}
         extra_flags = self._security_flags() + load_flags
-        command = server_command(server_dir, self._config, repository_path, backend_config, extra_flags)
+        command = server_command(server_dir, self._config, self._model_repository(), extra_flags)
         self._server = TritonServerProcess(
             command,
             env,
-            shm_prefix=shm_prefix,
             cleanup=[self._open_socket_dir(), *([self._workspace] if self._own_workspace else [])],
             verbose=bool(self._config.log_verbose),
             secrets=self._secrets(),
@@ -495,11 +265,12 @@ class Triton(_ModelHost):
         self._api = None
 
 
-class RemoteTriton(_ModelHost):
+class RemoteTriton(ModelHost):
     """Bind models to a Triton server started elsewhere on this host (e.g. by another process's ``Triton()``).
 
     Models are uploaded through the server's repository API (PyTriton 0.7's way; ``access_token`` opens it);
-    the server's stubs reach this process through Unix sockets in ``workspace`` (default: a temporary folder).
+    the model's instances in the server reach this process through Unix sockets in ``workspace`` (default: a
+    temporary folder).
     See ``tritonrt.models.remote`` for ``model_repository``, a shared folder to write the models into instead.
 
     Example::
@@ -527,10 +298,10 @@ class RemoteTriton(_ModelHost):
         self._remote = RemoteModels(self._api, access_token, model_repository)
 
     def _publish(self, model: BoundModel) -> None:
-        self._remote.publish(model, *self._import_paths)
+        self._remote.publish(model)
 
     def _load(self, model: BoundModel) -> None:
-        self._remote.load(model, *self._import_paths)
+        self._remote.load(model)
 
     def connect(self) -> None:
         """Wait for the remote server to be ready (up to 120 s; else TimeoutError), then load the bound models."""

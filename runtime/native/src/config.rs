@@ -77,9 +77,11 @@ impl Connection {
                 meta.uid()
             ));
         }
-        if meta.mode() & 0o077 != 0 {
+        if meta.mode() & 0o077 != 0 && !in_private_folder(model_dir, meta.uid()) {
             return Err(format!(
-                "{shown} has mode {:o}: it must be readable and writable by its owner only (0600)",
+                "{shown} has mode {:o}: it must be readable and writable by its owner only (0600), or lie in a \
+                 folder that only its owner can enter (0700, as Triton makes for a model uploaded through its \
+                 repository API)",
                 meta.mode() & 0o777
             ));
         }
@@ -146,6 +148,17 @@ impl Connection {
 }
 
 /// The instance index of a Triton instance name: `<group>_<index>` (tritonrt writes one instance group).
+/// True when `dir` or a folder above it belongs to `owner` and no one else may enter it (mode 0700 or
+/// stricter): then no other user can reach a file inside, whatever the file's own mode. Triton writes the files
+/// of a model uploaded with the repository API's load into such a folder (`mkdtemp`), with the mode its umask
+/// gives (usually 0644).
+fn in_private_folder(dir: &Path, owner: u32) -> bool {
+    dir.ancestors().any(|folder| match fs::symlink_metadata(folder) {
+        Ok(meta) => meta.file_type().is_dir() && meta.uid() == owner && meta.mode() & 0o077 == 0,
+        Err(_) => false,
+    })
+}
+
 pub fn instance_index(instance_name: &str, count: usize) -> Result<usize, String> {
     let suffix = instance_name.rsplit('_').next().unwrap_or("");
     match suffix.parse::<usize>() {
@@ -209,6 +222,29 @@ mod tests {
         assert_eq!(Connection::read(&dir).unwrap().sockets.len(), 1);
         fs::remove_dir_all(&dir).unwrap();
         assert!(Connection::read(&dir).unwrap_err().contains("cannot read"));
+    }
+
+    #[test]
+    fn a_connection_file_in_a_private_folder_may_have_any_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("tritonrt-config-upload-{}", std::process::id()));
+        let dir = root.join("model");
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join(CONNECTION_FILE);
+        fs::write(&path, format!("tritonrt-connection 1\ntoken {TOKEN}\ninstances 1\nsocket 0 /tmp/a.sock\n")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Connection::read(&dir).unwrap_err().contains("0700"));
+        // Triton's upload: the model's files in a folder of mode 0700 (mkdtemp), or below one.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(Connection::read(&dir).unwrap().sockets.len(), 1);
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(Connection::read(&dir).unwrap().sockets.len(), 1);
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o750)).unwrap();
+        assert!(Connection::read(&dir).is_err());
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

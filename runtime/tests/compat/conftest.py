@@ -38,7 +38,7 @@ PROGRAMS = pathlib.Path(__file__).parent / "programs"
 RUNNER = PROGRAMS / "_run.py"
 PYTRITON_PYTHON_VARIABLE = "TRITONRT_COMPAT_PYTRITON_PYTHON"
 START_TIMEOUT_S = 180.0
-_SHM_MARK = "TRITONRT_SHM_PREFIX="
+_SOCKET_DIR_MARK = "TRITONRT_SOCKET_DIR="
 _RUN_MARK = "TRITONRT_COMPAT_RUN"  # tags the processes of PyTriton runs, to remove what PyTriton leaves
 
 
@@ -49,17 +49,17 @@ class Runtime:
     name: str
     command: tuple[str, ...]
     env: dict[str, str]
-    record_shm_prefix: Callable[[str], None]
+    record_socket_dir: Callable[[str], None]
 
     def start(self, program: str, *args: object) -> Program:
         """Start ``programs/<program>`` with ``args`` in its own process group."""
-        return Program([*self.command, str(PROGRAMS / program), *map(str, args)], self.env, self.record_shm_prefix)
+        return Program([*self.command, str(PROGRAMS / program), *map(str, args)], self.env, self.record_socket_dir)
 
 
 class Program:
     """A running program: its output as it comes, Ctrl+C, its exit code; killed if a test leaves it running."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], record_shm_prefix: Callable[[str], None]):
+    def __init__(self, argv: list[str], env: dict[str, str], record_socket_dir: Callable[[str], None]):
         self._process = subprocess.Popen(
             argv,
             env=env,
@@ -70,7 +70,7 @@ class Program:
         )
         self._lines: list[str] = []
         self._changed = threading.Condition()
-        self._record = record_shm_prefix
+        self._record = record_socket_dir
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -78,8 +78,8 @@ class Program:
         assert self._process.stdout is not None
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
-            if line.startswith(_SHM_MARK):
-                self._record(line[len(_SHM_MARK) :])
+            if line.startswith(_SOCKET_DIR_MARK):
+                self._record(line[len(_SOCKET_DIR_MARK) :])
             with self._changed:
                 self._lines.append(line)
                 self._changed.notify_all()
@@ -147,10 +147,10 @@ def _pytriton_env(python: str) -> dict[str, str]:
 
 
 @pytest.fixture(params=["tritonrt", "pytriton-0.7"], scope="session")
-def runtime(request: pytest.FixtureRequest, server_available: None, session_shm_prefixes: set[str]) -> Runtime:
+def runtime(request: pytest.FixtureRequest, server_available: None, session_socket_dirs: set[str]) -> Runtime:
     """Each program runs on tritonrt, and on PyTriton 0.7 when ``TRITONRT_COMPAT_PYTRITON_PYTHON`` names one."""
     if request.param == "tritonrt":
-        return Runtime("tritonrt", (sys.executable, str(RUNNER), "--alias"), dict(os.environ), session_shm_prefixes.add)
+        return Runtime("tritonrt", (sys.executable, str(RUNNER), "--alias"), dict(os.environ), session_socket_dirs.add)
     python = os.environ.get(PYTRITON_PYTHON_VARIABLE)
     if not python:
         pytest.skip(f"set {PYTRITON_PYTHON_VARIABLE} to a Python with nvidia-pytriton==0.7.0 to run on PyTriton too")

@@ -1,127 +1,101 @@
-"""Whether the Python backend stub can run on this interpreter: the checks and their messages.
+"""What tritonrt needs of the server's installation and of this interpreter: a tritonserver, nothing more.
 
-Most of these are unit-level (a monkeypatched sysconfig, a fake stub file) and run without a server; the
-ones marked ``integration`` use the installed server. Triton.run() must fail with these messages before
-starting anything.
+Models run in tritonrt's native backend (a library in each model's folder), so neither the Python backend, its
+stub for this Python version, a shared libpython nor numpy 1.x is needed: a server without the Python backend
+serves, and the install takes a wheel without a stub for this Python.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
 import sys
-import sysconfig
+import zipfile
 
 import numpy as np
-import psutil
 import pytest
 
-from tritonrt.exceptions import PyTritonRuntimeError
-from tritonrt.model_config import Tensor
-from tritonrt.server import environment
-from tritonrt.triton import Triton
+from tritonrt.decorators import batch
+from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.server import install
+from tritonrt.server.command import server_command
+from tritonrt.triton import Triton, TritonConfig
 
-RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"
-OTHER = "3.8" if RUNNING != "3.8" else "3.9"
 X = Tensor(name="x", dtype=np.float32, shape=(-1,))
+Y = Tensor(name="y", dtype=np.float32, shape=(-1,))
 
 
-def fake_server(root: pathlib.Path, stub_bytes: bytes | None) -> pathlib.Path:
-    """A directory that looks like a server: an executable bin/tritonserver and backends/python."""
-    (root / "bin").mkdir(parents=True)
-    binary = root / "bin" / "tritonserver"
-    binary.write_text("#!/bin/sh\nexit 1\n")
-    binary.chmod(0o755)
-    (root / "backends" / "python").mkdir(parents=True)
-    if stub_bytes is not None:
-        (root / "backends" / "python" / "triton_python_backend_stub").write_bytes(stub_bytes)
+@batch
+def double(x):
+    return {"y": x * 2}
+
+
+def server_without_python_backend(server_dir: pathlib.Path, root: pathlib.Path) -> pathlib.Path:
+    """A server folder with the installed server's bin/ and lib/ (links) and an empty backends/."""
+    root.mkdir()
+    for name in ("bin", "lib"):
+        (root / name).symlink_to(server_dir / name)
+    (root / "backends").mkdir()
     return root
 
 
-def stub_linking(version: str) -> bytes:
-    return b"\x7fELF\x00junk\x00libpython" + version.encode() + b".so.1.0\x00more\x00"
-
-
-def patch_config_vars(monkeypatch, **overrides) -> None:
-    original = sysconfig.get_config_var
-    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: overrides.get(name, original(name)))
-
-
-def test_python_library_dir_of_this_interpreter():
-    libdir = environment.python_library_dir()
-    assert (libdir / f"libpython{RUNNING}.so.1.0").exists()
-
-
-def test_python_without_shared_libpython_is_explained(monkeypatch):
-    patch_config_vars(monkeypatch, Py_ENABLE_SHARED=0)
-    with pytest.raises(PyTritonRuntimeError) as caught:
-        environment.python_library_dir()
-    message = str(caught.value)
-    assert sys.executable in message and "no shared libpython" in message and "--enable-shared" in message
-
-
-def test_missing_libpython_file_is_named(monkeypatch, tmp_path):
-    patch_config_vars(monkeypatch, Py_ENABLE_SHARED=1, LIBDIR=str(tmp_path))
-    with pytest.raises(PyTritonRuntimeError) as caught:
-        environment.python_library_dir()
-    assert str(tmp_path / f"libpython{RUNNING}.so.1.0") in str(caught.value)
-
-
-def test_stub_version_is_read_from_the_binary(tmp_path):
-    stub = tmp_path / "stub"
-    stub.write_bytes(stub_linking("3.10"))
-    assert environment.stub_python_version(stub) == "3.10"
-
-
-def test_stub_for_another_python_is_explained(tmp_path):
-    server = fake_server(tmp_path / "server", stub_linking(OTHER))
-    with pytest.raises(PyTritonRuntimeError) as caught:
-        environment.check_stub(server)
-    message = str(caught.value)
-    assert f"built for Python {OTHER}" in message and f"runs on Python {RUNNING}" in message
-    assert "install-server" in message and "TRITONRT_SERVER_DIR" in message
-
-
-def test_missing_stub_is_explained(tmp_path):
-    server = fake_server(tmp_path / "server", None)
-    with pytest.raises(PyTritonRuntimeError) as caught:
-        environment.check_stub(server)
-    message = str(caught.value)
-    assert "triton_python_backend_stub is missing" in message and "install-server --force" in message
-
-
 @pytest.mark.integration
-def test_the_installed_stub_matches_this_python(server_dir):
-    stub = server_dir / "backends" / "python" / "triton_python_backend_stub"
-    assert environment.stub_python_version(stub) == RUNNING
-    environment.check_stub(server_dir)
+def test_a_server_without_the_python_backend_serves(server_dir, tmp_path, monkeypatch, free_triton_config):
+    bare = server_without_python_backend(server_dir, tmp_path / "server")
+    monkeypatch.setenv("TRITONRT_SERVER_DIR", str(bare))
+    assert install.find_server_dir() == bare
+    with Triton(config=free_triton_config()) as triton:
+        triton.bind("double", double, [X], [Y], config=ModelConfig(max_batch_size=4))
+        from tritonrt.client import ModelClient
+
+        with ModelClient(f"127.0.0.1:{triton.config.http_port}", "double") as client:
+            result = client.infer_sample(x=np.array([1.0, 2.0], dtype=np.float32))
+    assert result["y"].tolist() == [2.0, 4.0]
 
 
-def started_processes() -> list[psutil.Process]:
-    return psutil.Process(os.getpid()).children(recursive=True)
+def test_the_command_line_has_no_python_backend_settings(tmp_path):
+    command = server_command(tmp_path, TritonConfig(), tmp_path / "repository", [])
+    assert not [argument for argument in command if "python" in argument], command
 
 
-def test_run_with_a_stub_for_another_python_fails_before_starting(tmp_path, monkeypatch, free_triton_config):
-    monkeypatch.setenv("TRITONRT_SERVER_DIR", str(fake_server(tmp_path / "server", stub_linking(OTHER))))
-    before = {process.pid for process in started_processes()}
-    triton = Triton(config=free_triton_config())  # no `with`: entering it would start the server already
-    triton.bind("echo", lambda requests: requests, [X], [X])
-    with pytest.raises(PyTritonRuntimeError, match=f"built for Python {OTHER}"):
-        triton.run()
-    assert {process.pid for process in started_processes()} == before
-    assert not triton.is_alive()
-    triton.stop()
-    with pytest.raises(PyTritonRuntimeError, match=f"built for Python {OTHER}"), Triton(config=free_triton_config()):
-        pass  # entering `with` starts the server, so the check fails there
+def test_a_server_folder_needs_only_an_executable_tritonserver(tmp_path):
+    (tmp_path / "bin").mkdir()
+    binary = tmp_path / "bin" / "tritonserver"
+    binary.write_text("#!/bin/sh\nexit 1\n")
+    assert not install.is_server_dir(tmp_path)
+    binary.chmod(0o755)
+    assert install.is_server_dir(tmp_path)
 
 
-@pytest.mark.integration
-def test_run_without_shared_libpython_fails_before_starting(server_dir, monkeypatch, free_triton_config):
-    patch_config_vars(monkeypatch, Py_ENABLE_SHARED=0)
-    before = {process.pid for process in started_processes()}
-    triton = Triton(config=free_triton_config())
-    triton.bind("echo", lambda requests: requests, [X], [X])
-    with pytest.raises(PyTritonRuntimeError, match="--enable-shared"):
-        triton.run()
-    assert {process.pid for process in started_processes()} == before
-    triton.stop()
+def fake_wheel(path: pathlib.Path, stub_versions: list[str]) -> pathlib.Path:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("pytriton/tritonserver/bin/tritonserver", "#!/bin/sh\n")
+        archive.writestr("pytriton/tritonserver/backends/python/libtriton_python.so", "")
+        archive.writestr("nvidia_pytriton.libs/libexample.so", "")
+        for version in stub_versions:
+            archive.writestr(f"pytriton/tritonserver/python_backend_stubs/{version}/triton_python_backend_stub", "")
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+def test_install_takes_a_wheel_without_a_stub_for_this_python(tmp_path):
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wheel = fake_wheel(tmp_path / "nvidia_pytriton-0.7.0-py3-none-any.whl", ["3.8"])
+    dest = install.extract_server(wheel, tmp_path / "server", running)
+    assert install.is_server_dir(dest)
+    assert (dest / "lib" / "libexample.so").is_file()
+    assert not (dest / "backends" / "python" / "triton_python_backend_stub").exists()
+    with_stub = install.extract_server(wheel, tmp_path / "server-3.8", "3.8")
+    assert (with_stub / "backends" / "python" / "triton_python_backend_stub").is_file()
+
+
+def test_a_wheel_without_a_server_is_explained(tmp_path):
+    wheel = tmp_path / "other.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("other/README", "")
+    with pytest.raises(Exception, match="holds no tritonserver") as caught:
+        install.extract_server(wheel, tmp_path / "server", "3.11")
+    assert "TRITONRT_SERVER_WHEEL" in str(caught.value)
+    assert os.listdir(tmp_path) == ["other.whl"]  # nothing extracted, no staging folder left

@@ -66,28 +66,25 @@ def wait_until(predicate, timeout_s: float) -> bool:
 def server_tree(triton: Triton) -> dict[str, list[psutil.Process]]:
     """The processes this Triton started, by kind (found as children of this process; the guard is
     tritonserver's parent)."""
-    tree: dict[str, list[psutil.Process]] = {"guard": [], "tritonserver": [], "stub": []}
+    tree: dict[str, list[psutil.Process]] = {"guard": [], "tritonserver": []}
     for process in descendants(os.getpid()):
         cmdline = " ".join(process.cmdline())
-        if "triton_python_backend_stub" in cmdline:
-            tree["stub"].append(process)
-        elif "bin/tritonserver" in cmdline and f"--http-port={triton.config.http_port}" in cmdline:
+        if "bin/tritonserver" in cmdline and f"--http-port={triton.config.http_port}" in cmdline:
             tree["tritonserver"].append(process)
             tree["guard"].append(process.parent())
     return tree
 
 
-def shm_segments(prefix: str) -> list[str]:
-    return sorted(path.name for path in pathlib.Path("/dev/shm").glob(prefix + "*"))
-
-
-def cleanup_of(tritonserver: psutil.Process, owner: psutil.Process) -> tuple[str, list[str]]:
-    """(shm prefix, folders the guard removes) of a server: the prefix from its command line, the owner's
-    socket folders from the sockets its workers listen on, and the workspace."""
-    args = tritonserver.cmdline()
-    prefix = next(arg.rpartition("=")[2] for arg in args if "shm-region-prefix-name=" in arg)
+def cleanup_of(tritonserver: psutil.Process, owner: psutil.Process) -> list[str]:
+    """The folders the guard removes: the owner's socket folder (from the sockets its workers listen on) and the
+    workspace."""
     sockets = {str(pathlib.Path(c.laddr).parent) for c in owner.net_connections("unix") if c.laddr.endswith(".sock")}
-    return prefix, [*sockets, str(server_workspace(tritonserver))]
+    return [*sockets, str(server_workspace(tritonserver))]
+
+
+def tritonrt_mappings(process: psutil.Process) -> list[str]:
+    """The files under /dev/shm that ``process`` maps (tritonrt's regions are memfds: none of them)."""
+    return sorted({m.path for m in process.memory_maps() if m.path.startswith("/dev/shm/")})
 
 
 def server_workspace(tritonserver: psutil.Process) -> pathlib.Path:
@@ -144,15 +141,16 @@ def test_stop_leaves_nothing_behind(new_triton):
     server.triton.run()
     assert server.infer("grpc", "twice", LARGE)["y"].sum() == 2 * LARGE["x"].size
     tree = server_tree(server.triton)
-    assert [len(tree[kind]) for kind in ("guard", "tritonserver", "stub")] == [1, 1, 1]
-    prefix, cleanup = cleanup_of(tree["tritonserver"][0], psutil.Process())
+    assert [len(tree[kind]) for kind in ("guard", "tritonserver")] == [1, 1]
+    for process in (tree["guard"][0], tree["tritonserver"][0]):  # this session, a process group of their own
+        assert os.getsid(process.pid) == os.getsid(0) and os.getpgid(process.pid) != os.getpgid(0)
+    cleanup = cleanup_of(tree["tritonserver"][0], psutil.Process())
     assert len(cleanup) == 2, cleanup
     workspace = server_workspace(tree["tritonserver"][0])
-    assert shm_segments(prefix), "the server should use shared memory segments under its prefix"
+    assert tritonrt_mappings(tree["tritonserver"][0]) == [] and tritonrt_mappings(psutil.Process()) == []
     server.close_clients()
     server.triton.stop()
     assert not any(alive(process) for processes in tree.values() for process in processes)
-    assert shm_segments(prefix) == []
     assert not any(pathlib.Path(path).exists() for path in cleanup)
     assert not workspace.exists()
 
@@ -238,7 +236,7 @@ def test_server_killed_makes_serve_return_with_failure_when_restarts_are_off(new
     server.triton.bind("twice", times(2), [X], [Y])
     server.triton.run()
     tree = server_tree(server.triton)
-    prefix, _ = cleanup_of(tree["tritonserver"][0], psutil.Process())
+    cleanup = cleanup_of(tree["tritonserver"][0], psutil.Process())
     serving = threading.Thread(target=server.triton.serve, kwargs={"monitoring_period_sec": 0.5}, daemon=True)
     serving.start()
     tree["tritonserver"][0].send_signal(signal.SIGKILL)
@@ -247,7 +245,7 @@ def test_server_killed_makes_serve_return_with_failure_when_restarts_are_off(new
     assert server.triton.failure and "tritonserver" in server.triton.failure
     assert not server.triton.is_alive()
     assert not any(alive(process) for processes in tree.values() for process in processes)
-    assert shm_segments(prefix) == []
+    assert not any(pathlib.Path(path).exists() for path in cleanup[:-1])  # the socket folder
 
 
 OWNER_SCRIPT = textwrap.dedent(
@@ -271,7 +269,7 @@ OWNER_SCRIPT = textwrap.dedent(
 )
 
 
-def test_kill_9_of_the_owner_leaves_nothing_behind(server_dir, free_triton_config, session_shm_prefixes):
+def test_kill_9_of_the_owner_leaves_nothing_behind(server_dir, free_triton_config):
     config = free_triton_config()
     ports = [str(port) for port in (config.http_port, config.grpc_port, config.metrics_port)]
     owner = subprocess.Popen(
@@ -286,19 +284,15 @@ def test_kill_9_of_the_owner_leaves_nothing_behind(server_dir, free_triton_confi
         tree = descendants(owner.pid)
         kinds = [" ".join(process.cmdline()) for process in tree]
         assert any("tritonrt.server.guard" in cmd for cmd in kinds)
-        assert any("triton_python_backend_stub" in cmd for cmd in kinds)
         tritonserver = next(p for p in tree if p.cmdline()[0].endswith("bin/tritonserver"))
-        prefix, cleanup = cleanup_of(tritonserver, psutil.Process(owner.pid))
+        cleanup = cleanup_of(tritonserver, psutil.Process(owner.pid))
         assert len(cleanup) == 2, cleanup
-        session_shm_prefixes.add(prefix)
         workspace = server_workspace(tritonserver)
-        assert shm_segments(prefix)
     finally:
         owner.kill()
         owner.wait()
     assert wait_until(lambda: not any(alive(process) for process in tree), GONE_WITHIN_S), json.dumps(
         [" ".join(p.cmdline()) for p in tree if alive(p)]
     )
-    assert wait_until(lambda: not shm_segments(prefix), GONE_WITHIN_S), shm_segments(prefix)
     assert not any(pathlib.Path(path).exists() for path in cleanup)
     assert not workspace.exists()

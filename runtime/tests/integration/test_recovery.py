@@ -1,8 +1,8 @@
 """Faults tritonrt recovers from, driven for real: a killed tritonserver, requests that crash it, and a model
-instance that loses its worker (today: kill -9 of its Python backend stub). Each asserts the outcome
-(recovered, or the owner stopped with a failure), that readiness never said ready while tritonrt was
-recovering, and that the server answers again afterwards. The session's fixtures check that nothing is
-left behind (processes, /dev/shm segments)."""
+instance that loses its worker (its connection ends while Triton serves the model). Each asserts the outcome
+(recovered, or the owner stopped with a failure), that the server answers again afterwards and, for the
+server's faults, that readiness never said ready while tritonrt was recovering. The session's fixtures check
+that nothing is left behind (processes, socket folders)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -20,6 +21,7 @@ import pytest
 
 from tritonrt.decorators import batch
 from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.server.supervisor import RECONNECT_GRACE_S
 from tritonrt.triton import RecoveryPolicy
 
 pytestmark = pytest.mark.integration
@@ -53,21 +55,15 @@ def tritonserver_of(server) -> psutil.Process:
     return next(p for p in psutil.Process().children(recursive=True) if port in " ".join(p.cmdline()))
 
 
-def instances_of(server, model: str) -> list[psutil.Process]:
-    """The processes that serve ``model``'s instances inside tritonserver: its Python backend stubs."""
-    return [
-        process
-        for process in tritonserver_of(server).children()
-        if process.name() == "triton_python_backend_stub" and f"/{model}/" in " ".join(process.cmdline())
-    ]
-
-
-def break_connection(server, model: str) -> None:
-    """End the connection between the first instance of ``model`` and its worker, as a crash does. Today:
-    kill -9 of the instance's Python backend stub. (With the native backend, where instances live inside
-    tritonserver, this closes the backend's end of the connection instead.)"""
-    first = f"{model}_0_0"  # Triton names instances <group>_<i>; tritonrt writes one group, <model>_0
-    next(p for p in instances_of(server, model) if first in p.cmdline()).send_signal(signal.SIGKILL)
+def break_connection(server, model: str, index: int = 0) -> None:
+    """End the connection between instance ``index`` of ``model`` and its worker, as a fault of the backend's
+    end does (the instances live inside tritonserver, so the test closes the worker's end)."""
+    worker = server.triton._models[model]._workers[index]
+    deadline = time.monotonic() + RECOVERY_WAIT_S
+    while worker._connection is None:  # connected during the load; the worker thread records it a moment later
+        assert time.monotonic() < deadline, "the instance never connected"
+        time.sleep(0.01)
+    worker._connection.link.sock.shutdown(socket.SHUT_RDWR)
 
 
 def post(server, body: str | bytes) -> int | None:
@@ -99,16 +95,41 @@ def assert_recovered(probe, recoveries, fault_text: str) -> None:
     assert probe.failed_inferences_after(recovered) == []
 
 
-def test_a_killed_stub_is_noticed_and_its_model_reloaded(new_triton, recoveries, probes):
+def test_a_lost_instance_is_noticed_and_its_model_reloaded(new_triton, recoveries):
     server = serving(new_triton, RecoveryPolicy(**FAST))
-    before = instances_of(server, "double")
-    with probes(server, "double", INPUTS) as probe:
-        break_connection(server, "double")
-        assert_recovered(probe, recoveries, "lost its connection")
+    assert_serves(server)
+    server.close_clients()  # no request reaches the instance: it does not connect again by itself
+    break_connection(server, "double")
+    recoveries.wait_recovered()
     assert recoveries.faults[0][1].startswith("model 'double' lost its connection")
-    assert [p.pid for p in instances_of(server, "double")] != [p.pid for p in before]
     assert server.triton.is_alive() and server.triton.failure is None
     assert_serves(server)
+
+
+def test_a_lost_connection_is_made_again_by_the_next_request(new_triton, recoveries):
+    """The backend connects again for its next batch: a request right after the break is answered, and the
+    model is not reloaded (a reload would make it unavailable meanwhile)."""
+    server = serving(new_triton, RecoveryPolicy(**FAST))
+    break_connection(server, "double")
+    assert_serves(server)
+    time.sleep(RECONNECT_GRACE_S + 0.5)
+    assert recoveries.faults == [] and recoveries.recovered == []
+    assert server.triton.is_alive() and server.triton.failure is None
+
+
+def test_a_deliberate_unload_and_load_is_no_fault(new_triton, recoveries):
+    server = serving(new_triton, RecoveryPolicy(**FAST))
+    api = server.triton._server_api()
+    for _ in range(3):
+        api.unload_model("double")
+        api.load_model("double")
+        assert_serves(server)
+    time.sleep(1.0)  # a reload would start at once (FAST): give it time to show
+    assert recoveries.faults == [] and recoveries.recovered == []
+    api.unload_model("double")  # and left unloaded, it stays unloaded
+    time.sleep(1.0)
+    assert recoveries.faults == [] and not api.is_model_ready("double")
+    assert server.triton.is_alive()
 
 
 class Instance:
@@ -124,16 +145,15 @@ class Instance:
         return [{"y": request["x"] * 2} for request in requests]
 
 
-def test_every_instance_of_a_model_serves_again(new_triton, recoveries, probes):
+def test_every_instance_of_a_model_serves_again(new_triton, recoveries):
     server = new_triton(recovery=RecoveryPolicy(**FAST))
     instances = [Instance(), Instance()]
     server.triton.bind("double", instances, [X], [Y], config=ModelConfig(max_batch_size=8))
     server.triton.run()
-    with probes(server, "double", INPUTS) as probe:
-        break_connection(server, "double")
-        assert_recovered(probe, recoveries, "lost its connection")
-    # The old model's surviving instance lingers while Triton unloads it; each worker has left it for its new
-    # instance, so requests to either new instance are answered.
+    break_connection(server, "double")
+    recoveries.wait_recovered()
+    assert recoveries.faults[0][1].startswith("model 'double' lost its connection")
+    # Each worker serves its new instance, so requests to either are answered.
     for instance in instances:
         instance.calls = 0
     with concurrent.futures.ThreadPoolExecutor(4) as pool:

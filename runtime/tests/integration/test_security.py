@@ -164,8 +164,8 @@ def test_the_access_token_is_on_no_command_line(fixture, request):
     # The hidden flags took effect: the restricted endpoint opens with the token and only with it.
     assert http_call(server, "POST", "/v2/repository/index")[0] == 403
     assert http_call(server, "POST", "/v2/repository/index", token=server.token)[0] == 200
-    # The server's environment (where the flags were passed) is readable by its owner only, and its children
-    # (the stubs) do not inherit them.
+    # The server's environment (where the flags were passed) is readable by its owner only, and any child it
+    # starts does not inherit them (tritonrt's backend runs inside the server: it starts none).
     assert stat.S_IMODE(os.stat(f"/proc/{tritonserver.pid}/environ").st_mode) == 0o400
-    for stub in tritonserver.children():
-        assert not any(name.startswith(HIDDEN_VARIABLE_PREFIX) for name in stub.environ()), stub.cmdline()
+    for child in tritonserver.children():
+        assert not any(name.startswith(HIDDEN_VARIABLE_PREFIX) for name in child.environ()), child.cmdline()

@@ -48,7 +48,7 @@ def fails_midway(requests):
 
 
 def echo_scaled(requests):
-    """Large outputs, each different and ready at once: one overwritten by the next before the stub sent it
+    """Large outputs, each different and ready at once: one overwritten by the next before the backend copied it
     would show."""
     streamed = [[{"y": request["x"] * factor} for request in requests] for factor in range(1, STREAMED + 1)]
     yield from streamed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 
 import numpy as np
 import pytest
@@ -25,20 +26,25 @@ CONFIG = build_model_config(
     ModelConfig(max_batch_size=16, batcher=DynamicBatcher(max_queue_delay_microseconds=50), response_cache=True),
     instance_count=2,
 )
-PATHS = (["/site/a"], ["/site/b"])
+CONNECTION = ([pathlib.Path("/tmp/s/m.0.sock"), pathlib.Path("/tmp/s/m.1.sock")], "ab" * 32)
 
 
 def test_the_folder_and_the_upload_carry_the_same_files(tmp_path):
-    model_dir = repository.write_model(tmp_path, CONFIG, *PATHS)
+    model_dir = repository.write_model(tmp_path, CONFIG, *CONNECTION)
     written = {str(path.relative_to(model_dir)): path.read_bytes() for path in model_dir.rglob("*") if path.is_file()}
-    assert written == repository.model_files(CONFIG, *PATHS)
-    config_json, files = repository.upload_request(CONFIG, *PATHS)
+    assert set(written) == {"config.pbtxt", "3/libtriton_tritonrt.so", "tritonrt-connection"}
+    assert (model_dir / "tritonrt-connection").stat().st_mode & 0o777 == 0o600
+    assert written["tritonrt-connection"].decode().splitlines() == [
+        "tritonrt-connection 1", f"token {'ab' * 32}", "instances 2", "socket 0 /tmp/s/m.0.sock",
+        "socket 1 /tmp/s/m.1.sock",
+    ]  # fmt: skip
+    config_json, files = repository.upload_request(CONFIG, *CONNECTION)
     assert files == {f"file:{path}": content for path, content in written.items() if path != "config.pbtxt"}
-    assert set(files) == {"file:3/model.py"}
     # The JSON says what config.pbtxt says: both parse to the same ModelConfig message.
     from_json = json_format.ParseDict(json.loads(config_json), model_config_pb2.ModelConfig())
     from_text = text_format.Parse(written["config.pbtxt"].decode(), model_config_pb2.ModelConfig())
     assert from_json == from_text
+    assert from_json.backend == "tritonrt" and CONFIG.backend == "python"  # PyTriton's value stays in the config
     assert from_json.max_batch_size == 16 and from_json.response_cache.enable
     assert [tensor.name for tensor in from_json.input] == ["x", "s"] and from_json.input[1].optional
 
@@ -47,8 +53,8 @@ def test_write_model_replaces_an_older_folder(tmp_path):
     stale = tmp_path / "m" / "7" / "old.py"
     stale.parent.mkdir(parents=True)
     stale.write_text("")
-    repository.write_model(tmp_path, CONFIG, *PATHS)
-    assert not stale.exists() and (tmp_path / "m" / "3" / "model.py").is_file()
+    repository.write_model(tmp_path, CONFIG, *CONNECTION)
+    assert not stale.exists() and (tmp_path / "m" / "3" / "libtriton_tritonrt.so").is_file()
     repository.remove_model(tmp_path, "m")
     assert not (tmp_path / "m").exists()
 

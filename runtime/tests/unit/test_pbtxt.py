@@ -209,13 +209,19 @@ def test_response_cache_and_decoupled_only_when_on():
     assert not decoupled.HasField("response_cache")
 
 
+def test_the_served_backend_replaces_the_configs_own():
+    cfg = TritonModelConfig(model_name="m")
+    assert parse(render_pbtxt(cfg, backend="tritonrt")).backend == "tritonrt"
+    assert cfg.backend == "python"  # PyTriton's value, kept for compatibility
+
+
 def test_backend_parameters_become_string_parameters():
     cfg = TritonModelConfig(
         model_name="m",
-        backend_parameters={"proxy_address": "ipc:///tmp/tritonrt/m.sock", "shm_prefix": "/tritonrt-1"},
+        backend_parameters={"address": "ipc:///tmp/tritonrt/m.sock", "prefix": "/tritonrt-1"},
     )
     text = render_pbtxt(cfg)
-    assert 'parameters {\n  key: "proxy_address"\n  value {\n    string_value: "ipc:///tmp/tritonrt/m.sock"\n' in text
+    assert 'parameters {\n  key: "address"\n  value {\n    string_value: "ipc:///tmp/tritonrt/m.sock"\n' in text
     parameters = parse(text).parameters
     assert {key: value.string_value for key, value in parameters.items()} == cfg.backend_parameters
 

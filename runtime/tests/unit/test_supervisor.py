@@ -19,8 +19,9 @@ FAST = {"backoff_s": 0.01, "max_backoff_s": 0.02}
 class Recorder:
     """The supervisor's callables: each call is recorded; ``fail`` makes restarts or reloads raise."""
 
-    def __init__(self, *, fail: int = 0, live: bool = True, ready: bool = True):
+    def __init__(self, *, fail: int = 0, live: bool = True, ready: bool = True, connected: bool = False):
         self.calls: list[str] = []
+        self.connected = connected
         self.reasons: list[str] = []
         self.fail = fail
         self.live = live
@@ -51,7 +52,9 @@ class Recorder:
             reload_model=self.reload_model,
             server_live=lambda: self.live,
             model_ready=lambda name: self.ready,
+            model_connected=lambda name: self.connected,
             give_up=self.give_up,
+            reconnect_grace_s=0.05,
         )
 
 
@@ -182,6 +185,15 @@ def test_a_model_reload_that_keeps_failing_gives_up(supervisors):
 
 def test_a_model_that_triton_does_not_serve_is_left_alone(supervisors):
     recorder = Recorder(ready=False)  # someone unloaded it on purpose: its instances went away
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.model_lost("double")
+    until(lambda: not supervisor.busy)
+    assert recorder.calls == [] and recorder.reasons == []
+
+
+def test_a_model_loaded_again_with_its_instances_connected_is_left_alone(supervisors):
+    recorder = Recorder(connected=True)  # unloaded and loaded on purpose: the new instances connected
     supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
     supervisors.append(supervisor)
     supervisor.model_lost("double")

@@ -3,8 +3,8 @@
 Example::
 
     cfg = build_model_config("Add", 1, inputs, outputs, ModelConfig(max_batch_size=8))
-    cfg.backend_parameters["tritonrt_model_key"] = "m1a2b3c4"  # each entry becomes a `parameters` entry
-    (model_dir / "config.pbtxt").write_text(render_pbtxt(cfg))
+    cfg.backend_parameters["key"] = "value"  # each entry becomes a `parameters` entry
+    (model_dir / "config.pbtxt").write_text(render_pbtxt(cfg, backend="tritonrt"))
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ _INDENT = "  "
 _ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
 
 
-def render_pbtxt(cfg: TritonModelConfig) -> str:
-    """Return the config.pbtxt text for ``cfg``: a python-backend model with every field tritonrt sets.
+def render_pbtxt(cfg: TritonModelConfig, *, backend: str | None = None) -> str:
+    """Return the config.pbtxt text for ``cfg`` with every field tritonrt sets; ``backend`` replaces
+    ``cfg.backend`` (PyTriton's "python", kept in the config for compatibility; tritonrt serves "tritonrt").
 
     The dynamic batcher is written only when batching is on; ``max_batch_size`` is 0 when it is off.
     Instance groups of kind KIND_AUTO are written without ``kind`` (Triton then picks it).
@@ -35,7 +36,7 @@ def render_pbtxt(cfg: TritonModelConfig) -> str:
     """
     lines = [
         f"name: {quote(cfg.model_name)}",
-        f"backend: {quote(cfg.backend)}",
+        f"backend: {quote(backend or cfg.backend)}",
         f"max_batch_size: {cfg.max_batch_size if cfg.batching else 0}",
     ]
     for spec in cfg.inputs:

@@ -37,7 +37,7 @@ __all__ = ["INSTANCE_KIND", "build_model_config", "validate_model_name"]
 _MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 _INT32_MAX = 2**31 - 1
 _UINT64_MAX = 2**64 - 1
-# The instance kind of the proxy model: it only forwards requests, the inference callable runs elsewhere.
+# The instance kind of the model in Triton: its backend only forwards requests, the callable runs elsewhere.
 INSTANCE_KIND = DeviceKind.KIND_CPU
 
 

@@ -22,7 +22,8 @@ from tritonrt.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup
 __all__ = ["DeviceKind", "DynamicBatcher", "ModelWarmup", "ResponseCache", "TensorSpec", "TritonModelConfig"]
 
 BACKEND = "python"
-"""The Triton backend that runs tritonrt's proxy model (config.pbtxt's ``backend``)."""
+"""PyTriton's backend name, kept in the config for compatibility; tritonrt's config.pbtxt names its own native
+backend instead (``render_pbtxt(cfg, backend="tritonrt")``, see tritonrt.models.repository)."""
 
 
 @dataclasses.dataclass

@@ -12,7 +12,8 @@ from tritonrt.model_config.common import ModelWarmup
 from tritonrt.model_config.resolve import build_model_config, validate_model_name
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.models import trace
-from tritonrt.proxy.protocol import ModelConnection
+from tritonrt.proxy import native_files
+from tritonrt.proxy.connection import InstanceIdentity, WorkerListener, WorkerSettings
 from tritonrt.proxy.worker import CallableWorker
 
 __all__ = ["BoundModel"]
@@ -21,7 +22,9 @@ __all__ = ["BoundModel"]
 class BoundModel:
     """The user-side half of one model: one :class:`CallableWorker` per inference callable.
 
-    The proxy model instances find the workers through the :class:`ModelConnection` written into config.pbtxt.
+    The model's instances in tritonserver (tritonrt's native backend) find the workers through the model's
+    connection file (:mod:`tritonrt.proxy.native_files`): ``sockets[i]`` serves instance ``i``; they present
+    ``token``.
     """
 
     def __init__(
@@ -40,7 +43,8 @@ class BoundModel:
         self.warmup = list(warmup or [])  # requests to call the callables with before the first load
         self.trace_config = list(trace_config or [])  # the model's own trace settings (bind(trace_config=))
         self._workers: list[CallableWorker] = []
-        self._connection: ModelConnection | None = None
+        self.sockets: list[pathlib.Path] = []
+        self.token = ""
 
     @classmethod
     def from_bind(
@@ -76,26 +80,26 @@ class BoundModel:
     def name(self) -> str:
         return self.config.model_name
 
-    def attach(self, socket_dir: pathlib.Path, owner_pid: int, shm_prefix: str) -> None:
-        """Record where the proxy finds the workers (call before writing config.pbtxt and before :meth:`start`)."""
-        self._connection = ModelConnection(socket_dir, self.key, len(self.callables), owner_pid, shm_prefix)
-        self.config.backend_parameters.update(self._connection.backend_parameters())
+    def attach(self, socket_dir: pathlib.Path) -> None:
+        """Choose where the workers listen and the token the instances present (call before writing the model's
+        files and before :meth:`start`; each server start attaches again)."""
+        self.sockets = [socket_dir / f"{self.key}.{index}.sock" for index in range(len(self.callables))]
+        self.token = native_files.new_token()
 
     def start(self, on_unrecoverable: Callable[[str], None], on_peer_lost: Callable[[], None] | None = None) -> None:
-        """Bind the workers' sockets (where :meth:`attach` said) and start their threads; ``on_peer_lost()`` is
-        called when an instance of the model goes away unasked (see :mod:`tritonrt.proxy.peer`)."""
-        connection = self._connection
-        if connection is None:
+        """Listen on the workers' sockets (where :meth:`attach` said) and start their threads; ``on_peer_lost()``
+        is called when an instance of the model goes away unasked (see :mod:`tritonrt.proxy.peer`)."""
+        if not self.sockets:
             raise RuntimeError("BoundModel.start() before attach(): attach the model first")
-        for index, infer_callable in enumerate(self.callables):
-            # Streamed replies go inline: the stub may still read one while the next is written.
-            region_prefix = None if self.config.decoupled else connection.reply_region_prefix(index)
+        settings = WorkerSettings.from_env()
+        max_batch_size = self.config.max_batch_size if self.config.batching else 0
+        for index, (infer_callable, path) in enumerate(zip(self.callables, self.sockets, strict=True)):
+            identity = InstanceIdentity(self.name, index, self.token, self.config.decoupled, max_batch_size)
             worker = CallableWorker(
                 infer_callable,
-                connection.socket_path(index),
+                WorkerListener(path, identity, settings),
                 self.config,
                 strict=self.strict,
-                region_prefix=region_prefix,
                 on_unrecoverable=on_unrecoverable,
                 on_peer_lost=on_peer_lost,
             )
@@ -114,6 +118,10 @@ class BoundModel:
         for worker in self._workers:
             worker.join(timeout=5)
         self._workers = []
+
+    def connected(self) -> bool:
+        """True while every instance of the model is connected to its worker."""
+        return bool(self._workers) and all(worker.connected for worker in self._workers)
 
     def is_alive(self) -> bool:
         """True while every worker thread runs."""

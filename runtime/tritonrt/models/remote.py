@@ -8,7 +8,7 @@ Example::
 
     remote = RemoteModels(ServerApi.from_url("http://localhost:8000", token), token, repository=None)
     remote.wait_until_ready(120)
-    remote.load(model, import_entries, site_dirs)   # after the model's workers started
+    remote.load(model)   # after the model's workers started
     remote.unload(model)
 """
 
@@ -55,18 +55,19 @@ class RemoteModels:
         finally:
             client.close()
 
-    def publish(self, model: BoundModel, import_entries: list[str], site_dirs: list[str]) -> None:
+    def publish(self, model: BoundModel) -> None:
         """Write the model's files into the shared folder, if there is one (uploads need nothing yet)."""
         if self.repository is not None:
             self.repository.mkdir(parents=True, exist_ok=True)
-            repository.write_model(self.repository, model.config, import_entries, site_dirs)
+            repository.write_model(self.repository, model.config, model.sockets, model.token)
 
-    def load(self, model: BoundModel, import_entries: list[str], site_dirs: list[str]) -> None:
-        """Load the model: by name from the shared folder, or uploaded with its config and files."""
+    def load(self, model: BoundModel) -> None:
+        """Load the model: by name from the shared folder, or uploaded with its config, backend library and
+        connection file."""
         if self.repository is not None:
             self.api.load_model(model.name)
             return
-        config, files = repository.upload_request(model.config, import_entries, site_dirs)
+        config, files = repository.upload_request(model.config, model.sockets, model.token)
         self.api.load_model(model.name, config, files)
 
     def unload(self, model: BoundModel) -> None:

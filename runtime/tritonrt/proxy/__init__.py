@@ -1,3 +1,4 @@
-"""The proxy model (inside Triton's Python stub) and its transport to the user's process."""
+"""The worker side of tritonrt's native backend: the threads that serve the inference callables, and their
+connection to the model's instances inside tritonserver."""
 
 __all__: list[str] = []

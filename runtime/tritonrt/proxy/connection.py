@@ -69,12 +69,29 @@ _NO_REGION = object()
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSettings:
-    """What the worker tells the backend in its WELCOME, and how it waits itself."""
+    """What the worker tells the backend in its WELCOME, and how it waits itself.
+
+    ``from_env()`` reads ``TRITONRT_SPIN_US`` and ``TRITONRT_WORKER_SPIN_US`` (microseconds, 0: never poll).
+    Polling spares a wake-up per message where a core is free, and costs one where none is: off by default.
+    """
 
     inline_threshold: int = 64 << 10  # tensors of this many bytes or more travel through shared memory
-    spin_us: int = 200  # the backend polls this long for a reply before it sleeps (0: never)
+    spin_us: int = 0  # the backend polls this long for a reply before it sleeps (0: never)
     region_limit: int = dataclasses.field(default_factory=default_region_limit)
     worker_spin_us: int = 0  # this side polls this long for the next batch before it sleeps
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+        """The defaults, with ``TRITONRT_SPIN_US`` and ``TRITONRT_WORKER_SPIN_US`` when set."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for field, variable in (("spin_us", "TRITONRT_SPIN_US"), ("worker_spin_us", "TRITONRT_WORKER_SPIN_US")):
+            raw = environ.get(variable, "").strip()
+            if raw:
+                if not raw.isdigit():
+                    raise ValueError(f"{variable}={raw!r}: use a whole number of microseconds >= 0 (0: no polling)")
+                values[field] = int(raw)
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,17 +142,17 @@ class WorkerListener:
     def __init__(self, path: pathlib.Path, identity: InstanceIdentity, settings: WorkerSettings | None = None):
         self.path, self.identity = path, identity
         self.settings = settings or WorkerSettings()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(path))
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # for tritonrt.proxy.peer's checks
+        self.socket.bind(str(path))
         os.chmod(path, 0o600)
-        self._sock.listen(1)
+        self.socket.listen(1)
         self.refusals: list[str] = []  # why connections were refused, latest last
 
     def accept(self) -> WorkerConnection:
         """The next backend connection that passes the handshake (others are refused with a reason and
         closed). Raises OSError once the listener is closed."""
         while True:
-            sock, _ = self._sock.accept()
+            sock, _ = self.socket.accept()
             link = Link(sock, self.settings.worker_spin_us / 1e6)
             try:
                 reason = self._handshake(link)
@@ -185,10 +202,10 @@ class WorkerListener:
     def close(self) -> None:
         """Stop listening (wakes a blocked accept) and remove the socket's path."""
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)
+            self.socket.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._sock.close()
+        self.socket.close()
         self.path.unlink(missing_ok=True)
 
 

@@ -17,14 +17,17 @@ import shutil
 from collections.abc import Sequence
 
 __all__ = [
+    "BACKEND_NAME",
     "CONNECTION_FILE",
     "LIBRARY_NAME",
+    "connection_text",
     "install_library",
     "library_path",
     "new_token",
     "write_connection_file",
 ]
 
+BACKEND_NAME = "tritonrt"  # config.pbtxt's ``backend``
 LIBRARY_NAME = "libtriton_tritonrt.so"
 CONNECTION_FILE = "tritonrt-connection"
 _PACKAGE_LIBRARY = pathlib.Path(__file__).resolve().parent.parent / "_native" / LIBRARY_NAME
@@ -65,9 +68,8 @@ def new_token() -> str:
     return secrets.token_hex(32)
 
 
-def write_connection_file(model_dir: pathlib.Path, sockets: Sequence[pathlib.Path], token: str) -> pathlib.Path:
-    """Write ``model_dir/tritonrt-connection`` (mode 0600, replaced atomically): socket ``i`` serves instance
-    ``i``."""
+def connection_text(sockets: Sequence[pathlib.Path], token: str) -> str:
+    """The connection file's content: socket ``i`` serves instance ``i``."""
     for index, path in enumerate(sockets):
         text = str(path)
         if not path.is_absolute() or len(text.encode()) > _MAX_SOCKET_PATH or "\n" in text or "\0" in text:
@@ -77,10 +79,17 @@ def write_connection_file(model_dir: pathlib.Path, sockets: Sequence[pathlib.Pat
             )
     lines = ["tritonrt-connection 1", f"token {token}", f"instances {len(sockets)}"]
     lines += [f"socket {index} {path}" for index, path in enumerate(sockets)]
+    return "\n".join(lines) + "\n"
+
+
+def write_connection_file(model_dir: pathlib.Path, sockets: Sequence[pathlib.Path], token: str) -> pathlib.Path:
+    """Write ``model_dir/tritonrt-connection`` (mode 0600, replaced atomically): socket ``i`` serves instance
+    ``i``."""
+    text = connection_text(sockets, token)
     target = model_dir / CONNECTION_FILE
     temporary = model_dir / f".{CONNECTION_FILE}.{os.getpid()}"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as file:
-        file.write("\n".join(lines) + "\n")
+        file.write(text)
     os.replace(temporary, target)
     return target

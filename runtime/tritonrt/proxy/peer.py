@@ -1,15 +1,16 @@
 """Tell a model's owner when a worker loses its peer, tritonserver's instance of the model, unasked.
 
-A worker serves one connection at a time, from the model instance that tritonserver runs (today a Python
-backend stub process). The connection ends in three ordinary ways and one fault:
+A worker serves one connection at a time, from the model instance that tritonserver runs (in tritonrt's native
+backend, inside tritonserver). The connection ends in three ordinary ways and one fault:
 
 - the worker was asked to stop (the owner stops serving): nothing to report;
 - Triton reloads the model: it starts the new instance, which connects and waits in the worker's listen
   queue, before it lets the old one go: nothing to report;
 - the owner unloads or reloads the model itself, or tritonserver exits: the owner knows, and ignores what
   is reported meanwhile;
-- the instance died (a crashed or killed stub, a dropped connection of a native backend) while Triton
-  still counts the model as ready and routes requests to it: report it, so the owner reloads the model.
+- the instance lost its connection (the backend dropped one it could not read, or it broke) while Triton
+  still counts the model as ready and routes requests to it: report it, so the owner reloads the model
+  unless the instance connected again meanwhile (the backend connects again for its next batch).
 
 Any worker calls :func:`peer_closed` once its connection has ended.
 
@@ -22,8 +23,8 @@ worker finishes what it is answering, stops reading from the old connection and 
 Example::
 
     finally:
-        channel.close()
-    peer_closed(self._listener, self._stopping, self._on_peer_lost)
+        connection.close()
+    peer_closed(self._listener.socket, self._stopping, self._on_peer_lost)
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ def server_command(
     server_dir: pathlib.Path,
     config: TritonConfig,
     model_repository: pathlib.Path,
-    backend_config: dict[str, str],
     extra_flags: list[str],
 ) -> list[str]:
     """The full argv for tritonserver."""
@@ -48,5 +47,4 @@ def server_command(
     ]
     if config.cache_directory is None and (server_dir / "caches").is_dir():
         command.append(f"--cache-directory={server_dir / 'caches'}")
-    command += [f"--backend-config=python,{key}={value}" for key, value in backend_config.items()]
     return command + config_flags(config) + extra_flags

@@ -2,13 +2,13 @@
 
 ``python -m tritonrt.server.guard`` reads what to run from its standard input, one JSON object (see
 :func:`guard_spec`), so that neither the server's command line nor the access token in it shows in the
-guard's arguments: ``{"command": [...], "hidden": {"<i>": "<argument i>"}, "shm_prefix": P, "cleanup": [DIR]}``.
+guard's arguments: ``{"command": [...], "hidden": {"<i>": "<argument i>"}, "cleanup": [DIR]}``.
 
 It starts tritonserver as its child with the ``hidden`` arguments kept off the server's command line too
 (:mod:`tritonrt.server.hidden_args`; where the system does not allow that, it says so on its output and
-passes them as plain arguments), becomes the subreaper of the server's stub processes, forwards
-SIGINT/SIGTERM, and when tritonserver exits or the owning process dies (even by SIGKILL) it kills what is
-left (server, stubs), removes ``/dev/shm/<P>*`` and ``DIR``, then exits with the server's exit code.
+passes them as plain arguments), becomes the subreaper of whatever the server starts, forwards SIGINT/SIGTERM,
+and when tritonserver exits or the owning process dies (even by SIGKILL) it kills what is left, removes
+``DIR``, then exits with the server's exit code. (tritonrt's shared memory is memfds: nothing to remove.)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from tritonrt.server.hidden_args import HiddenArgumentsError, spawn_hidden
 
-__all__ = ["guard_spec", "main", "remove_shm"]
+__all__ = ["guard_spec", "main"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -59,7 +59,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _kill_descendants() -> None:
-    """SIGKILL and reap every process left under the guard (orphaned stubs reparent to it)."""
+    """SIGKILL and reap every process left under the guard (orphans of the server reparent to it)."""
     for _ in range(50):
         pids = _children(os.getpid())
         if not pids:
@@ -76,23 +76,12 @@ def _kill_descendants() -> None:
                 pass
 
 
-def remove_shm(prefix: str) -> None:
-    """Remove the shared memory segments whose names start with ``prefix``."""
-    shm = pathlib.Path("/dev/shm")
-    if prefix and shm.is_dir():
-        for segment in shm.glob(prefix + "*"):
-            segment.unlink(missing_ok=True)
-
-
-def guard_spec(
-    command: Sequence[str], hidden: Mapping[int, str], shm_prefix: str, cleanup: Sequence[pathlib.Path]
-) -> bytes:
+def guard_spec(command: Sequence[str], hidden: Mapping[int, str], cleanup: Sequence[pathlib.Path]) -> bytes:
     """What the owner writes to the guard's standard input: the command (``hidden`` arguments in it are
-    replaced before it runs), the shared-memory prefix and the folders to remove."""
+    replaced before it runs) and the folders to remove."""
     spec = {
         "command": list(command),
         "hidden": {str(index): argument for index, argument in hidden.items()},
-        "shm_prefix": shm_prefix,
         "cleanup": [str(path) for path in cleanup],
     }
     return json.dumps(spec).encode()
@@ -136,7 +125,6 @@ def main() -> int:
         time.sleep(_POLL_S)
     code = server.wait()
     _kill_descendants()
-    remove_shm(spec.get("shm_prefix", ""))
     for path in spec.get("cleanup", []):
         shutil.rmtree(path, ignore_errors=True)
     return code if code >= 0 else 128 - code

@@ -6,6 +6,10 @@ Search order: ``$TRITONRT_SERVER_DIR``, ``/opt/tritonserver`` (NGC images), then
 
     bin/tritonserver  lib/*.so  backends/python/{libtriton_python.so,triton_python_backend_stub,...}  caches/
 
+tritonrt's models need none of the Python backend (they run in tritonrt's native backend, a library in each
+model's folder); its stub for the Python version asked for is extracted when the wheel has one, for plain
+Python-backend models served by the same server (the benchmark's baseline).
+
 Example::
 
     from tritonrt.server.install import find_or_install_server
@@ -64,9 +68,9 @@ def cache_server_dir(python_version: str | None = None) -> pathlib.Path:
 
 
 def is_server_dir(path: pathlib.Path) -> bool:
-    """True when ``path`` holds an executable ``bin/tritonserver`` and the Python backend."""
+    """True when ``path`` holds an executable ``bin/tritonserver``."""
     binary = path / "bin" / "tritonserver"
-    return binary.is_file() and os.access(binary, os.X_OK) and (path / "backends" / "python").is_dir()
+    return binary.is_file() and os.access(binary, os.X_OK)
 
 
 def find_server_dir() -> pathlib.Path | None:
@@ -76,8 +80,8 @@ def find_server_dir() -> pathlib.Path | None:
         path = pathlib.Path(explicit).expanduser()
         if not is_server_dir(path):
             raise PyTritonRuntimeError(
-                f"TRITONRT_SERVER_DIR={explicit} does not hold a tritonserver (expected bin/tritonserver and "
-                "backends/python there). Point it at a server directory, or unset it to use the installed one."
+                f"TRITONRT_SERVER_DIR={explicit} does not hold a tritonserver (expected an executable "
+                "bin/tritonserver there). Point it at a server directory, or unset it to use the installed one."
             )
         return path
     for candidate in (NGC_SERVER_DIR, cache_server_dir()):
@@ -151,15 +155,15 @@ def _server_target(name: str, stub_prefix: str) -> str | None:
 
 
 def extract_server(wheel: pathlib.Path, dest: pathlib.Path, python_version: str) -> pathlib.Path:
-    """Extract the server from ``wheel`` into ``dest`` (atomically: a temporary folder, then a rename)."""
+    """Extract the server from ``wheel`` into ``dest`` (atomically: a temporary folder, then a rename), with the
+    Python backend stub for ``python_version`` if the wheel has one."""
     stub_prefix = f"python_backend_stubs/{python_version}/"
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.infolist() if not m.is_dir()]
-        if not any(m.filename == _WHEEL_ROOT + stub_prefix + "triton_python_backend_stub" for m in members):
-            available = sorted({m.filename.split("/")[3] for m in members if "/python_backend_stubs/" in m.filename})
+        if not any(m.filename == _WHEEL_ROOT + "bin/tritonserver" for m in members):
             raise PyTritonRuntimeError(
-                f"{wheel.name} has no Python backend stub for Python {python_version} (it has: "
-                f"{', '.join(available)}). Run tritonrt with one of those Python versions."
+                f"{wheel.name} holds no tritonserver ({_WHEEL_ROOT}bin/tritonserver): is it the {WHEEL_PACKAGE} "
+                f"{WHEEL_VERSION} wheel? Point TRITONRT_SERVER_WHEEL at that wheel, or unset it."
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging = pathlib.Path(tempfile.mkdtemp(prefix=".tritonrt-server-", dir=dest.parent))

@@ -23,6 +23,7 @@ LOGGER = logging.getLogger("tritonrt.server")
 SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
 _LOG_TAIL = 80
+_OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 _LEVELS = {"E": logging.ERROR, "W": logging.WARNING}
 
 
@@ -48,7 +49,7 @@ class TritonServerProcess:
 
     Example::
 
-        server = TritonServerProcess(command, env, shm_prefix="tritonrt_x_", cleanup=[socket_dir], secrets=[token])
+        server = TritonServerProcess(command, env, cleanup=[socket_dir], verbose=False, secrets=[token])
         server.start(); server.wait_until_live(probe=api.is_live, timeout_s=60); ...; server.stop(30)
     """
 
@@ -57,13 +58,12 @@ class TritonServerProcess:
         command: list[str],
         env: dict[str, str],
         *,
-        shm_prefix: str,
         cleanup: list[pathlib.Path],
         verbose: bool,
         secrets: Sequence[str] = (),
     ):
         hidden = {i: arg for i, arg in enumerate(command) if i and any(secret in arg for secret in secrets if secret)}
-        self._guard_input = guard_spec(command, hidden, shm_prefix, cleanup)
+        self._guard_input = guard_spec(command, hidden, cleanup)
         self._env = env
         self._verbose = verbose
         self._process: subprocess.Popen | None = None
@@ -98,7 +98,9 @@ class TritonServerProcess:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                # Its own process group in the owner's session: a terminal's Ctrl+C reaches the owner, which
+                # stops the server in order.
+                **_OWN_PROCESS_GROUP,
             )
             assert self._process.stdin is not None  # stdin=PIPE
             with self._process.stdin as spec:

@@ -5,9 +5,11 @@ Two faults are recovered, one at a time, on the supervisor's own thread:
 - tritonserver exited without being asked to (killed, or crashed by a request): it is started again with the
   same models (:attr:`RecoveryPolicy.server_restarts`);
 - a model's instance lost its connection to the model's worker while Triton still reports the model ready
-  (its Python backend stub died, say): the model is unloaded and loaded again through Triton's repository API
-  (:attr:`RecoveryPolicy.model_reloads`). Triton reports it not ready from the unload until the load ends. An
-  instance that goes away while Triton unloads the model (someone with the token unloaded it) is no fault.
+  and no new instance connected (the backend dropped a connection it could not read, say): the model is
+  unloaded and loaded again through Triton's repository API (:attr:`RecoveryPolicy.model_reloads`). Triton
+  reports it not ready from the unload until the load ends. An instance that goes away while Triton unloads
+  the model (someone with the token unloaded it) is no fault, nor is one replaced by a load of the model
+  (unloaded and loaded on purpose: the new instances connect during the load).
 
 Tries are counted per fault over a sliding window; the first try of a window starts at once, each further one
 waits twice as long as the one before (``backoff_s``, ``2 * backoff_s``, ... up to ``max_backoff_s``). When a
@@ -17,7 +19,8 @@ stops, and a service exits non-zero so that its orchestrator replaces it.
 Example::
 
     supervisor = Supervisor(RecoveryPolicy(), restart_server=restart, reload_model=reload,
-                            server_live=api.is_live, model_ready=api.is_model_ready, give_up=stop_with_failure)
+                            server_live=api.is_live, model_ready=api.is_model_ready,
+                            model_connected=lambda name: models[name].connected(), give_up=stop_with_failure)
     process.register_on_exit(supervisor.server_exited)
     worker_on_peer_lost = lambda: supervisor.model_lost("double")
 """
@@ -44,6 +47,10 @@ MODEL_RELOADS_VARIABLE = "TRITONRT_MODEL_RELOADS"
 # A worker also loses its peer when tritonserver itself dies, a moment before the server's exit is reported:
 # a model's recovery first waits this long for the server to answer (or for that report).
 _SERVER_GRACE_S = 5.0
+# tritonrt's backend connects again for an instance's next batch by itself: a model whose instance lost its
+# connection is reloaded only if it has not connected again within this time (under traffic it has, within
+# milliseconds, and a reload would only make the model unavailable meanwhile).
+RECONNECT_GRACE_S = 1.0
 _POLL_S = 0.05
 
 
@@ -133,7 +140,9 @@ class Supervisor:
 
     ``restart_server()`` starts tritonserver again with the bound models (None where the server is not
     ours); ``reload_model(name)`` unloads and loads a model; ``server_live()`` says whether the server
-    answers, ``model_ready(name)`` whether it reports the model ready; ``give_up(reason)`` is called once
+    answers, ``model_ready(name)`` whether it reports the model ready, ``model_connected(name)`` whether every
+    instance of the model is connected to its worker (a model whose instances connect again within
+    ``reconnect_grace_s`` is not reloaded); ``give_up(reason)`` is called once
     when a fault cannot be recovered. The callables raise to say that a try failed.
     """
 
@@ -146,12 +155,16 @@ class Supervisor:
         server_live: Callable[[], bool],
         model_ready: Callable[[str], bool],
         give_up: Callable[[str], None],
+        model_connected: Callable[[str], bool] = lambda name: False,
+        reconnect_grace_s: float = RECONNECT_GRACE_S,
     ):
         self.policy = policy
         self._restart_server = restart_server
         self._reload_model = reload_model
         self._server_live = server_live
         self._model_ready = model_ready
+        self._model_connected = model_connected
+        self._reconnect_grace_s = reconnect_grace_s
         self._give_up = give_up
         self._server_budget = _Budget(policy.server_restarts, policy)
         self._model_budgets: dict[str, _Budget] = {}
@@ -204,11 +217,9 @@ class Supervisor:
                 if self._closed:
                     return
                 kind, subject = self._events[0]
+            done: str | None = None
             try:
-                if kind == "server":
-                    self._restart(int(subject))
-                else:
-                    self._reload(subject)
+                done = self._restart(int(subject)) if kind == "server" else self._reload(subject)
             except Exception as error:  # a bug in a recovery: stop rather than serve half broken
                 LOGGER.exception("Recovering from a fault failed")
                 self._give_up(f"tritonrt could not recover from a fault: {error}")
@@ -217,6 +228,9 @@ class Supervisor:
                     self._events.popleft()
                 if kind == "server":  # a restart loads every model again: earlier losses are moot
                     self._events = collections.deque(e for e in self._events if e[0] == "server")
+            # Reported once the fault is off the queue: a new fault of the same kind from here on is handled.
+            if done is not None:
+                LOGGER.warning("%s", done)
 
     def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; True when the supervisor was closed meanwhile."""
@@ -227,19 +241,20 @@ class Supervisor:
         with self._cv:
             return self._has("server")
 
-    def _restart(self, code: int) -> None:
+    def _restart(self, code: int) -> str | None:
+        """Restart the server; the message that says it was done, if it was."""
         budget, window = self._server_budget, self.policy.window_s
         reason = f"tritonserver exited unexpectedly ({describe_exit(code)})"
         if self._restart_server is None:
             self._give_up(reason)
-            return
+            return None
         while (delay := budget.next_delay()) is not None:
             LOGGER.error(
                 "%s: restarting it%s (restart %d of at most %d in %.0f s)",
                 reason, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, window,
             )  # fmt: skip
             if self._wait(delay):
-                return
+                return None
             budget.spend()
             started = time.monotonic()
             try:
@@ -247,34 +262,45 @@ class Supervisor:
             except Exception as error:
                 reason = f"restarting tritonserver failed: {error}"
                 continue
-            if not self._closed:
-                LOGGER.warning("tritonserver restarted; its models are ready (%.1f s)", time.monotonic() - started)
-            return
+            if self._closed:
+                return None
+            return f"tritonserver restarted; its models are ready ({time.monotonic() - started:.1f} s)"
         self._give_up(
             f"{reason}; it was restarted {budget.used()} time(s) in the last {window:.0f} s, the most the "
             f"RecoveryPolicy allows (server_restarts={budget.limit})"
         )
+        return None
 
-    def _reload(self, name: str) -> None:
+    def _reload(self, name: str) -> str | None:
+        """Reload the model unless its loss was no fault; the message that says it was done, if it was."""
         deadline = time.monotonic() + _SERVER_GRACE_S
         while not self._server_live():
             if self._server_failed() or self._closed:
-                return  # the server's restart brings every model back
+                return None  # the server's restart brings every model back
             if time.monotonic() > deadline:
                 break
             time.sleep(_POLL_S)
         if not self._model_ready(name):  # being unloaded (or loaded) on purpose: its instances go away
             LOGGER.info("An instance of model %r went away while Triton does not serve the model: no fault", name)
-            return
+            return None
+        deadline = time.monotonic() + self._reconnect_grace_s
+        while not self._model_connected(name):  # connected again for a batch, or loaded again on purpose
+            if time.monotonic() > deadline:
+                break
+            if self._wait(_POLL_S) or self._server_failed():
+                return None
+        else:
+            LOGGER.info("Model %r lost an instance's connection, and its instances are connected again: no fault", name)
+            return None
         budget = self._model_budgets.setdefault(name, _Budget(self.policy.model_reloads, self.policy))
-        reason = f"model {name!r} lost its connection to tritonserver (its instance's process died)"
+        reason = f"model {name!r} lost its connection to tritonserver (an instance of it went away)"
         while (delay := budget.next_delay()) is not None:
             LOGGER.error(
                 "%s: reloading it%s (reload %d of at most %d in %.0f s)",
                 reason, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, self.policy.window_s,
             )  # fmt: skip
             if self._wait(delay) or self._server_failed():
-                return
+                return None
             budget.spend()
             started = time.monotonic()
             try:
@@ -282,9 +308,9 @@ class Supervisor:
             except Exception as error:
                 reason = f"reloading model {name!r} failed: {error}"
                 continue
-            LOGGER.warning("Model %r reloaded and ready again (%.1f s)", name, time.monotonic() - started)
-            return
+            return f"Model {name!r} reloaded and ready again ({time.monotonic() - started:.1f} s)"
         self._give_up(
             f"{reason}; it was reloaded {budget.used()} time(s) in the last {self.policy.window_s:.0f} s, the "
             f"most the RecoveryPolicy allows (model_reloads={budget.limit})"
         )
+        return None

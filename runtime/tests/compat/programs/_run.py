@@ -31,16 +31,16 @@ class _PytritonAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def _report_shm_prefixes() -> None:
-    from tritonrt import triton
+def _report_socket_dirs() -> None:
+    from tritonrt.models.host import ModelHost
 
-    original = triton._ModelHost._open_transport
+    original = ModelHost._open_transport
 
     def reporting(self):
         original(self)
-        print(f"TRITONRT_SHM_PREFIX={self._shm_prefix}", file=sys.stderr, flush=True)
+        print(f"TRITONRT_SOCKET_DIR={self._socket_dir}", file=sys.stderr, flush=True)
 
-    triton._ModelHost._open_transport = reporting
+    ModelHost._open_transport = reporting
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     if args[0] == "--alias":
         args = args[1:]
         sys.meta_path.insert(0, _PytritonAlias())
-        _report_shm_prefixes()
+        _report_socket_dirs()
     sys.argv = args
     sys.path.insert(0, str(__import__("pathlib").Path(args[0]).parent))
     runpy.run_path(args[0], run_name="__main__")

@@ -1,0 +1,245 @@
+"""The worker thread that serves an inference callable (tritonrt.proxy.worker), driven by a backend written in
+Python (FakeBackend): per-request outcomes, the retained-region report, streams and their cancellation,
+unrecoverable errors, peer loss and stop()."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from native_testlib import FakeBackend
+
+from tritonrt.decorators import batch
+from tritonrt.exceptions import PyTritonUnrecoverableError
+from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.model_config.resolve import build_model_config
+from tritonrt.proxy import wire
+from tritonrt.proxy.connection import InstanceIdentity, WorkerListener, WorkerSettings
+from tritonrt.proxy.wire import RequestMeta, TensorMeta
+from tritonrt.proxy.wire_decode import decode_body
+from tritonrt.proxy.worker import CallableWorker
+
+TOKEN = "0123456789abcdef" * 4
+THRESHOLD = 1024
+X = Tensor(name="x", dtype=np.float32, shape=(-1,))
+Y = Tensor(name="y", dtype=np.float32, shape=(-1,))
+
+
+class Harness:
+    """A CallableWorker on a socket in ``folder`` and a connected FakeBackend; records the worker's reports."""
+
+    def __init__(self, folder, infer_callable, *, decoupled: bool = False, strict: bool = False):
+        config = ModelConfig(batching=not decoupled, max_batch_size=8, decoupled=decoupled)
+        self.config = build_model_config("m", 1, [X], [Y], config)
+        max_batch_size = self.config.max_batch_size if self.config.batching else 0
+        identity = InstanceIdentity("m", 0, TOKEN, decoupled, max_batch_size)
+        settings = WorkerSettings(inline_threshold=THRESHOLD, region_limit=8 << 20)
+        self.listener = WorkerListener(folder / "w.sock", identity, settings)
+        self.unrecoverable: list[str] = []
+        self.lost = threading.Event()
+        self.worker = CallableWorker(
+            infer_callable,
+            self.listener,
+            self.config,
+            strict=strict,
+            on_unrecoverable=self.unrecoverable.append,
+            on_peer_lost=self.lost.set,
+        )
+        self.worker.start()
+        self.backend = self.connect(decoupled, max_batch_size)
+
+    def connect(self, decoupled: bool = False, max_batch_size: int = 8) -> FakeBackend:
+        backend = FakeBackend(self.listener.path, wire.Hello(0, max_batch_size, 1, 19, "m", TOKEN, "t"), decoupled)
+        assert backend.read()[0].kind == wire.KIND_WELCOME
+        return backend
+
+    def send(self, rows: list[list[float]], *, region: bool = False, announce: bool = False, **parameters) -> int:
+        """One request per row (FP32 input x of shape (1, n)), inline or in the backend's region."""
+        requests, data, offset = [], b"", 0
+        for row in rows:
+            raw = np.asarray([row], np.float32).tobytes()
+            location = wire.LOCATION_SENDER_REGION if region else wire.LOCATION_INLINE
+            meta = TensorMeta("x", wire.DTYPE_FP32, location, offset, len(raw), (1, len(row)))
+            requests.append(RequestMeta("", 0, None, dict(parameters), None, [meta]))
+            if region:
+                self.backend.region.map[offset : offset + len(raw)] = raw
+            else:
+                data += raw
+            offset += len(raw)
+        return self.backend.send_batch(requests, data, region=region, announce=announce)
+
+    def reply(self):
+        header, message = self.backend.read()
+        return header, decode_body(header, message)
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.worker.join(5)
+        if self.backend.sock.fileno() >= 0:
+            self.backend.close()
+
+
+@pytest.fixture
+def harness(tmp_path):
+    made: list[Harness] = []
+
+    def make(infer_callable, **options) -> Harness:
+        made.append(Harness(tmp_path, infer_callable, **options))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+    assert not any(each.worker.is_alive() for each in made)
+
+
+def test_views_of_the_inputs_are_not_reported_retained_after_the_reply(harness):
+    """Outputs that are inputs (views of the backend's region) go back by reference, and once answered the
+    worker holds no view: the backend may reuse its region (a reply reported retained makes it start a new
+    region for every batch)."""
+
+    @batch
+    def batched(x):
+        return {"y": x}
+
+    def identity(requests):
+        return [{"y": request["x"]} for request in requests]
+
+    for infer_callable, location in ((identity, wire.LOCATION_RECEIVER_REGION), (batched, None)):
+        h = harness(infer_callable)
+        h.backend.new_region(1 << 20)
+        row = [1.0] * 512  # 2 KiB per request: above the inline threshold
+        for announce in (True, False, False):
+            seq = h.send([row, row], region=True, announce=announce)
+            header, responses = h.reply()
+            assert header.seq == seq and header.flags & wire.FLAG_FINAL
+            assert not header.flags & wire.FLAG_RETAINED, "the worker kept a view of the backend's region"
+            assert [r.status for r in responses] == [wire.STATUS_OUTPUTS] * 2
+            assert location is None or responses[0].outputs[0].location == location
+        h.close()
+
+
+def test_inputs_kept_by_the_callable_are_reported_retained(harness):
+    kept = []
+
+    def keep(requests):
+        kept.append(requests[0]["x"])
+        return [{"y": r["x"] * 2} for r in requests]
+
+    h = harness(keep)
+    h.backend.new_region(1 << 20)
+    h.send([[1.0] * 512], region=True, announce=True)
+    header, _ = h.reply()
+    assert header.flags & wire.FLAG_RETAINED
+
+
+def test_a_failed_batch_is_answered_request_by_request(harness):
+    calls = []
+
+    def picky(requests):
+        calls.append(len(requests))
+        if any(r["x"][0, 0] < 0 for r in requests):
+            raise ValueError("x must be positive")
+        return [{"y": r["x"] * 2} for r in requests]
+
+    h = harness(picky)
+    h.backend.new_region(1 << 20)
+    h.send([[1.0] * 512, [-1.0] * 512, [3.0] * 512], region=True, announce=True)
+    header, responses = h.reply()
+    assert calls == [3, 1, 1, 1]
+    assert [r.status for r in responses] == [wire.STATUS_OUTPUTS, wire.STATUS_ERROR, wire.STATUS_OUTPUTS]
+    assert responses[1].message == "ValueError: x must be positive"
+    assert not header.flags & wire.FLAG_RETAINED  # the failed batch's exception holds no input either
+
+
+def test_strict_outputs_are_checked(harness):
+    h = harness(lambda requests: [{"y": np.zeros((1, 2), np.int64)} for _ in requests], strict=True)
+    h.send([[1.0, 2.0]])
+    _, (response,) = h.reply()
+    assert response.status == wire.STATUS_ERROR and "y" in response.message
+
+
+def test_an_async_callable_is_awaited(harness):
+    async def double(requests):
+        return [{"y": r["x"] * 2} for r in requests]
+
+    h = harness(double)
+    h.send([[1.0, 2.0]])
+    _, (response,) = h.reply()
+    assert response.status == wire.STATUS_OUTPUTS
+
+
+def test_an_unrecoverable_error_fails_the_batch_and_is_reported(harness):
+    def broken(requests):
+        raise PyTritonUnrecoverableError("the GPU is gone")
+
+    h = harness(broken)
+    h.send([[1.0], [2.0]])
+    header, (code, message) = h.reply()
+    assert header.kind == wire.KIND_BATCH_ERROR and "the GPU is gone" in message
+    deadline = time.monotonic() + 5
+    while not h.unrecoverable and time.monotonic() < deadline:  # reported right after the reply
+        time.sleep(0.01)
+    assert h.unrecoverable and "the GPU is gone" in h.unrecoverable[0]
+
+
+@pytest.mark.parametrize("kind", ["generator", "async generator"])
+def test_a_cancelled_stream_closes_the_generator(harness, kind):
+    closed = threading.Event()
+    started = threading.Event()
+
+    def stream(requests):
+        try:
+            for step in range(1000):
+                started.set()
+                time.sleep(0.01)
+                yield [{"y": r["x"] * step} for r in requests]
+        finally:
+            closed.set()
+
+    async def astream(requests):
+        try:
+            for step in range(1000):
+                started.set()
+                time.sleep(0.01)
+                yield [{"y": r["x"] * step} for r in requests]
+        finally:
+            closed.set()
+
+    h = harness(stream if kind == "generator" else astream, decoupled=True)
+    h.send([[1.0]])
+    header, _ = h.reply()
+    assert header.kind == wire.KIND_REPLY and not header.flags & wire.FLAG_FINAL
+    h.backend.send_control(wire.KIND_CANCEL, 1, wire.encode_cancel([0]))
+    while not header.flags & wire.FLAG_FINAL:
+        header, _ = h.reply()
+    assert closed.wait(5), "the generator was not closed"
+
+
+def test_peer_loss_is_reported_and_the_next_instance_served(harness):
+    h = harness(lambda requests: [{"y": r["x"]} for r in requests])
+    h.backend.sock.close()
+    assert h.lost.wait(5)
+    h.backend = h.connect()
+    h.send([[5.0]])
+    _, (response,) = h.reply()
+    assert response.status == wire.STATUS_OUTPUTS
+
+
+def test_stop_wakes_a_worker_waiting_for_a_batch(harness):
+    h = harness(lambda requests: [{"y": r["x"]} for r in requests])
+    h.worker.stop()
+    h.worker.join(5)
+    assert not h.worker.is_alive() and not h.lost.is_set()
+    assert not h.listener.path.exists()
+
+
+def test_polling_is_off_unless_asked_for():
+    assert (WorkerSettings().spin_us, WorkerSettings().worker_spin_us) == (0, 0)
+    assert WorkerSettings.from_env({}) == WorkerSettings()
+    settings = WorkerSettings.from_env({"TRITONRT_SPIN_US": "200", "TRITONRT_WORKER_SPIN_US": " 1000 "})
+    assert (settings.spin_us, settings.worker_spin_us) == (200, 1000)
+    with pytest.raises(ValueError, match="TRITONRT_SPIN_US='-1'"):
+        WorkerSettings.from_env({"TRITONRT_SPIN_US": "-1"})

@@ -1,0 +1,247 @@
+"""What Triton and RemoteTriton share: the bound models, their workers (started and stopped with the server's
+transport), publishing and loading them, and the supervisor's hooks (a lost instance, a model reload).
+
+:mod:`tritonrt.triton` builds the public classes on :class:`ModelHost`: a ``Triton`` starts its own server,
+a ``RemoteTriton`` uploads its models into one started elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from tritonrt.context import TritonContext, bind_triton_context
+from tritonrt.exceptions import PyTritonInvalidOperationError
+from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.models import repository, trace
+from tritonrt.models.bound import BoundModel
+from tritonrt.models.warmup import warm_up
+from tritonrt.server.api import ServerApi
+from tritonrt.server.config import TritonSecurityConfig
+from tritonrt.server.lifecycle import TritonLifecyclePolicy
+from tritonrt.server.supervisor import RecoveryPolicy, Supervisor
+
+__all__ = ["MONITORING_PERIOD_S", "ModelHost"]
+
+LOGGER = logging.getLogger("tritonrt")
+_Host = TypeVar("_Host", bound="ModelHost")
+
+MONITORING_PERIOD_S = 10.0  # PyTriton 0.7's period of serve()'s liveness checks
+
+
+class ModelHost:
+    """What Triton and RemoteTriton share: bound models, their workers, loading them into a server, and the
+    supervisor's hooks. Subclasses implement ``run``/``connect``, ``is_alive`` and ``stop``."""
+
+    def __init__(
+        self,
+        workspace: str | pathlib.Path | None,
+        security_config: TritonSecurityConfig | None,
+        lifecycle_policy: TritonLifecyclePolicy,
+        recovery: RecoveryPolicy | None = None,
+    ):
+        self._security = security_config or TritonSecurityConfig()
+        self._policy = lifecycle_policy
+        self._recovery = recovery or RecoveryPolicy.from_env()
+        self._supervisor: Supervisor | None = None
+        self._generation = 0  # counts server starts: a report from an earlier one's workers is stale
+        self._own_workspace = workspace is None
+        self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
+        self._workspace.mkdir(parents=True, exist_ok=True)
+        self._models: dict[str, BoundModel] = {}
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
+        self._running = False
+        self._stopping = False
+        self._socket_dir: pathlib.Path | None = None
+        self._socket_parent: pathlib.Path | None = None  # where the socket folder is made (None: the temp folder)
+        self._api: ServerApi | None = None
+        self.failure: str | None = None
+        self.triton_context = TritonContext()
+
+    # -- binding ---------------------------------------------------------------------------------------------
+
+    def bind(
+        self,
+        model_name: str,
+        infer_func: Callable | Sequence[Callable],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: ModelConfig | None = None,
+        strict: bool = False,
+        trace_config: list[str] | None = None,
+    ) -> None:
+        """Bind an inference callable (or one per instance, as a list) to a model named ``model_name``.
+
+        The callable receives a list of requests (dicts of numpy arrays) and returns a list of dicts.
+        When the server is running the model is loaded at once. ``trace_config`` gives the model its own
+        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``).
+        """
+        model = BoundModel.from_bind(
+            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
+        )
+        with self._lock:
+            if model_name in self._models:
+                raise PyTritonInvalidOperationError(
+                    f"A model named {model_name!r} is already bound; choose another name."
+                )
+            for infer_callable in model.callables:
+                bind_triton_context(infer_callable, self.triton_context)
+                self.triton_context.model_configs[infer_callable] = model.config
+            self._models[model_name] = model
+            if self._running:
+                self._deploy(model)
+
+    def get_access_token(self) -> str | None:
+        """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
+        restricted (``TritonSecurityConfig(restricted_endpoints=[])``) and no token was given."""
+        return self._security.access_token
+
+    def connect(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def is_connected(self) -> bool:
+        """True while the bound models are served (after run(), serve() or connect(), until stop())."""
+        return self._running
+
+    # -- lifecycle helpers -----------------------------------------------------------------------------------
+
+    def _open_transport(self) -> None:
+        self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-", dir=self._socket_parent))
+        self._socket_dir.chmod(0o700)
+
+    def _model_repository(self) -> pathlib.Path:
+        path = self._workspace / "model-repository"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _open_socket_dir(self) -> pathlib.Path:
+        """The workers' socket folder of this start (made by ``_open_transport``)."""
+        if self._socket_dir is None:
+            raise PyTritonInvalidOperationError("The models' transport is not open: start the server with run().")
+        return self._socket_dir
+
+    def _server_api(self) -> ServerApi:
+        if self._api is None:
+            raise PyTritonInvalidOperationError("The server is not running: start it with run() first.")
+        return self._api
+
+    def _prepare(self, model: BoundModel) -> None:
+        model.attach(self._open_socket_dir())
+        warm_up(model)  # before the model loads, as in PyTriton 0.7
+        self._publish(model)
+        generation = self._generation
+        model.start(self._on_unrecoverable, lambda: self._on_peer_lost(model.name, generation))
+
+    def _publish(self, model: BoundModel) -> None:
+        """Make the model's files available to the server (here: its repository folder)."""
+        repository.write_model(self._model_repository(), model.config, model.sockets, model.token)
+
+    def _load(self, model: BoundModel) -> None:
+        self._server_api().load_model(model.name)
+
+    def _deploy(self, model: BoundModel) -> None:
+        self._prepare(model)
+        self._load(model)
+        trace.apply_trace_config(self._server_api(), model)
+
+    def _on_unrecoverable(self, message: str) -> None:
+        LOGGER.error("%s: stopping the server", message)
+        with self._cv:
+            self.failure = self.failure or message
+            self._cv.notify_all()
+        threading.Thread(target=self.stop, name="tritonrt-unrecoverable-stop", daemon=True).start()
+
+    def _on_peer_lost(self, name: str, generation: int) -> None:
+        """A worker of ``name`` lost its instance unasked: have the supervisor reload the model."""
+        supervisor = self._supervisor  # read without the lock: a restart may hold it while it stops this worker
+        if self._stopping or not self._running or generation != self._generation or supervisor is None:
+            return
+        supervisor.model_lost(name)
+
+    def _reload_model(self, name: str) -> None:
+        """Unload, then load ``name``: Triton reports it not ready from the unload on, until it is loaded."""
+        api = self._server_api()
+        api.unload_model(name)
+        api.load_model(name)
+        self._models[name].move_to_new_instances()  # an old instance may linger while Triton unloads it
+
+    def _server_live(self) -> bool:
+        return self._api is not None and self._api.is_live()
+
+    def _start_supervisor(self, restart_server: Callable[[], None] | None) -> None:
+        self._supervisor = Supervisor(
+            self._recovery,
+            restart_server=restart_server,
+            reload_model=self._reload_model,
+            server_live=self._server_live,
+            model_ready=lambda name: self._api is not None and self._api.is_model_ready(name),
+            model_connected=lambda name: name in self._models and self._models[name].connected(),
+            give_up=self._on_unrecoverable,
+        )
+
+    def _stop_supervisor(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.close()
+            self._supervisor = None
+
+    def _recovering(self) -> bool:
+        supervisor = self._supervisor
+        return supervisor is not None and supervisor.busy
+
+    def _close_models(self) -> None:
+        for model in self._models.values():
+            model.stop()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+    def _models_alive(self) -> bool:
+        if self.failure is not None:
+            return False
+        return self._recovering() or all(model.is_alive() for model in self._models.values())
+
+    def serve(self, monitoring_period_s: float | None = None, *, monitoring_period_sec: float | None = None) -> None:
+        """Run, then block until Ctrl+C (SIGINT), ``stop()`` (e.g. from a signal handler) or a failure; then stop
+        and return. Every ``monitoring_period_s`` (default 10 s; ``monitoring_period_sec``: the reference's name)
+        it checks that the server and the models' workers live."""
+        period = next((p for p in (monitoring_period_s, monitoring_period_sec) if p is not None), MONITORING_PERIOD_S)
+        self.run()
+        LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
+        try:
+            with self._cv:
+                while self.is_alive():
+                    self._cv.wait(timeout=period)
+        except KeyboardInterrupt:
+            LOGGER.info("SIGINT received, exiting.")
+        finally:
+            self.stop()
+
+    def run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def is_alive(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self: _Host) -> _Host:
+        """Start serving (``run()``) unless the lifecycle policy says to wait for run()/serve()."""
+        if self._policy.launch_triton_on_startup:
+            try:
+                self.run()
+            except BaseException:
+                self.stop()
+                raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def stop(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
