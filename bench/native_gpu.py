@@ -45,6 +45,9 @@ def post(url: str, body: dict | bytes, headers: dict | None = None) -> dict:
     request = urllib.request.Request(url, data=data, headers=headers or {}, method="POST")
     with urllib.request.urlopen(request, timeout=30) as response:
         text = response.read()
+        json_length = response.headers.get("Inference-Header-Content-Length")  # a binary reply: JSON, then data
+    if json_length is not None:
+        text = text[: int(json_length)]
     return json.loads(text) if text.startswith(b"{") else {}
 
 
@@ -75,7 +78,10 @@ def main() -> int:
             registration = {"raw_handle": raw, "device_id": 0, "byte_size": size}
             post(f"{base}/v2/cudasharedmemory/region/{name}/register", registration)
             pointers[name] = pointer
-        check(cuda.cudaMemcpy(pointers["input"], host.ctypes.data, ctypes.c_size_t(size), 1), "cudaMemcpy H2D")
+        check(
+            cuda.cudaMemcpy(pointers["input"], ctypes.c_void_p(host.ctypes.data), ctypes.c_size_t(size), 1),
+            "cudaMemcpy H2D",
+        )
         region = {"shared_memory_byte_size": size}
         gpu_request = {
             "inputs": [{"name": "INPUT", "shape": [1, args.elements], "datatype": "FP32",
@@ -95,7 +101,10 @@ def main() -> int:
         url = f"{base}/v2/models/identity/infer"
         post(url, gpu_request)
         back = np.empty_like(host)
-        check(cuda.cudaMemcpy(back.ctypes.data, pointers["output"], ctypes.c_size_t(size), 2), "cudaMemcpy D2H")
+        check(
+            cuda.cudaMemcpy(ctypes.c_void_p(back.ctypes.data), pointers["output"], ctypes.c_size_t(size), 2),
+            "cudaMemcpy D2H",
+        )
         if not np.array_equal(back, host):
             raise SystemExit("native_gpu: the output in GPU memory differs from the input")
         timings = {"gpu in/out (CUDA shared memory)": [], "host (binary HTTP)": []}
