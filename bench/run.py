@@ -197,7 +197,7 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     }
     if args.pytriton:
         python = HERE / ".venv-pytriton" / "bin" / "python"
-        # PyTriton's stub, like ours, must load this interpreter's libpython.
+        # PyTriton serves through the Python backend: its stub must load this interpreter's libpython.
         pyt_env = dict(os.environ, LD_LIBRARY_PATH=python_library_dir())
         commands["pytriton"] = ([str(python), *serve, "--runtime", "pytriton"], pyt_env)
     return commands

@@ -4,14 +4,16 @@
 The NGC image cannot be pulled here (or in an air-gapped site), yet a generated service's Dockerfile must
 be built and run in tests. This script makes an image with the same layout:
 
-- a Debian root filesystem (``debootstrap``, from the apt mirror this host already uses) with ``python3``
-  and its shared ``libpython3.X``, pip and CA certificates: ``--suite bookworm`` (Python 3.11, the
-  default) or ``--suite trixie`` (Python 3.13), the two ends of the Pythons NGC's images span;
+- a Debian root filesystem (``debootstrap``, from the apt mirror this host already uses) with ``python3``,
+  pip and CA certificates: ``--suite bookworm`` (Python 3.11, the default) or ``--suite trixie``
+  (Python 3.13), the two ends of the Pythons NGC's images span;
 - what NGC's image has that a service's Dockerfile meets: the ``triton-server`` user (uid and gid 1000)
   and the system Python's PEP 668 mark (``EXTERNALLY-MANAGED``, Debian's own);
 - tritonserver extracted by ``tritonrt install-server`` into ``/opt/tritonserver`` (``bin/``, ``lib/``,
-  ``backends/python`` with the stub built for that Python, ``caches/``);
-- ``docker import``, then a check that the stub's libraries resolve and tritonserver starts in it.
+  ``backends/``, ``caches/``), without the Python backend: tritonrt serves every model through its own
+  backend, so the stand-in leaves out what NGC has only for the Python backend (``backends/python``, the
+  shared ``libpython3.X``), and a service image that still relied on it fails here;
+- ``docker import``, then a check that tritonserver starts in it.
 
 It is tagged ``tritonrt/tritonserver-cpu:<Triton version>`` (bookworm) or ``...:<Triton version>-trixie``
 and labelled with a hash of its recipe (this file, the suite and the tritonserver wheel version): a second
@@ -107,9 +109,10 @@ def packages(suite: str) -> tuple[str, ...]:
     """The Debian packages of the image: what NGC's image provides and a service image relies on.
 
     No python3-venv and no curl: the generated Dockerfile must not need them, so the stand-in does not offer
-    them either. passwd gives useradd.
+    them either. No shared libpython (NGC has it for the Python backend's stub, which tritonrt does not use).
+    passwd gives useradd.
     """
-    return ("python3", f"libpython{SUITES[suite]}", "python3-pip", "ca-certificates", "passwd")
+    return ("python3", "python3-pip", "ca-certificates", "passwd")
 
 
 def image_tag(version: str, suite: str) -> str:
@@ -186,24 +189,31 @@ def add_ngc_user(rootfs: pathlib.Path) -> None:
     run(["chroot", str(rootfs), "useradd", "--uid", str(NGC_USER_ID), "--user-group", NGC_USER])
 
 
-def rootfs_python_version(rootfs: pathlib.Path) -> str:
-    """``"3.11"``: the version of the shared libpython in ``rootfs`` (the stub must match it)."""
-    found = sorted(rootfs.glob("usr/lib/*/libpython3.*.so.1.0"))
-    if len(found) != 1:
-        fail(f"expected one shared libpython3.X.so.1.0 in {rootfs}/usr/lib, found {[p.name for p in found]}")
-    return re.search(r"libpython(3\.\d+)\.so", found[0].name).group(1)
-
-
-def install_server(rootfs: pathlib.Path, python_version: str) -> None:
-    """Extract tritonserver into ``rootfs/opt/tritonserver`` with the stub for ``python_version``."""
+def install_server(rootfs: pathlib.Path, suite: str) -> None:
+    """Extract tritonserver into ``rootfs/opt/tritonserver``, then drop the Python backend from it."""
     dest = rootfs / "opt" / "tritonserver"
-    progress(f"tritonrt install-server --dest /opt/tritonserver --python-version {python_version}")
+    progress(f"tritonrt install-server --dest /opt/tritonserver --python-version {SUITES[suite]}")
     command = [sys.executable, "-m", "tritonrt", "install-server", "--dest", str(dest),
-               "--python-version", python_version, "--force"]  # fmt: skip
+               "--python-version", SUITES[suite], "--force"]  # fmt: skip
     if subprocess.run(command).returncode != 0:
         fail("`tritonrt install-server` failed (its message is above).")
+    progress(f"left out (the Python backend): {', '.join(drop_python_backend(dest))}")
     # As in NGC's image: the server is root's, readable and runnable by the service's non-root user.
     subprocess.run(["chmod", "-R", "a+rX", str(dest)], check=True)
+
+
+def drop_python_backend(server: pathlib.Path) -> list[str]:
+    """Remove the Python backend (``backends/python``) and the libpython the wheel bundles for its stub from
+    the tritonserver in ``server``; keep ``backends/``. Returns what was removed, relative to ``server``."""
+    removed = sorted(server.glob("lib/libpython3*"))
+    for library in removed:
+        library.unlink()
+    python_backend = server / "backends" / "python"
+    if python_backend.is_dir():
+        shutil.rmtree(python_backend)
+        removed.append(python_backend)
+    (server / "backends").mkdir(exist_ok=True)
+    return [str(path.relative_to(server)) for path in removed]
 
 
 def import_image(rootfs: pathlib.Path, recipe: str, wheel_version: str, suite: str) -> str:
@@ -230,13 +240,8 @@ test -f "$mark" || {{ echo "no PEP 668 mark $mark"; exit 1; }}
 
 
 def verify_image(image: str) -> str:
-    """Check the stub's libraries resolve, NGC's user and PEP 668 mark are there, and tritonserver starts in
-    ``image``; returns its version."""
-    progress("checking the image: stub libraries resolve, triton-server user, PEP 668 mark, tritonserver starts")
-    stub = "/opt/tritonserver/backends/python/triton_python_backend_stub"
-    ldd = run(["docker", "run", "--rm", "-e", "LD_LIBRARY_PATH=/opt/tritonserver/lib", image, "ldd", stub]).stdout
-    if "not found" in ldd:
-        fail(f"the Python backend stub has unresolved libraries in the stand-in:\n{ldd}")
+    """Check NGC's user and PEP 668 mark are there and tritonserver starts in ``image``; returns its version."""
+    progress("checking the image: triton-server user, PEP 668 mark, tritonserver starts")
     run(["docker", "run", "--rm", image, "sh", "-c", NGC_LIKENESS_CHECK])
     name = f"stand-in-check-{uuid.uuid4().hex[:8]}"
     command = ["docker", "run", "--rm", "--name", name, "-e", "LD_LIBRARY_PATH=/opt/tritonserver/lib", image,
@@ -267,7 +272,7 @@ def build(recipe: str, wheel_version: str, suite: str) -> str:
         bootstrap_rootfs(rootfs, mirror, suite)
         add_ngc_entrypoint(rootfs)
         add_ngc_user(rootfs)
-        install_server(rootfs, rootfs_python_version(rootfs))
+        install_server(rootfs, suite)
         image = import_image(rootfs, recipe, wheel_version, suite)
     tag = image_tag(verify_image(image), suite)
     previous = subprocess.run(["docker", "images", "-q", tag], capture_output=True, text=True).stdout.strip()

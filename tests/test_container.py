@@ -5,8 +5,8 @@ Bakes the default project, builds (or reuses) the offline stand-in for the NGC b
 project's own ``tests/test_container.py`` and ``tests/test_k8s_kubelet.py`` (the image under the
 Kubernetes Deployment's settings; with kubectl) against an image built on the stand-in with no network.
 ``STAND_IN_SUITES`` picks the stand-ins, comma-separated: ``bookworm`` (Python 3.11, the default),
-``trixie`` (Python 3.13; the Python backend stub needs numpy 1.x, which has no wheels for 3.13, so this one
-passes only once tritonrt's native backend replaces the stub), or ``bookworm,trixie``. The
+``trixie`` (Python 3.13, numpy 2), or ``bookworm,trixie``. The stand-ins have no Python backend and no shared
+libpython: the generated image serves its model through tritonrt's own backend alone. The
 generated tests print the image build time, the image size above the base and the time from container
 start to ready; they are echoed here. The unit tests of the stand-in script's small pieces run anywhere.
 
@@ -83,11 +83,12 @@ def test_recipe_hash_changes_with_the_script_the_server_wheel_and_the_suite() ->
     assert base != stand_in.recipe_hash(b"recipe", "0.7.0", "trixie")
 
 
-def test_each_suite_has_its_tag_and_its_libpython() -> None:
+def test_each_suite_has_its_tag_and_no_libpython() -> None:
     assert stand_in.image_tag("2.51.0", "bookworm") == "tritonrt/tritonserver-cpu:2.51.0"
     assert stand_in.image_tag("2.51.0", "trixie") == "tritonrt/tritonserver-cpu:2.51.0-trixie"
-    assert "libpython3.11" in stand_in.packages("bookworm")
-    assert "libpython3.13" in stand_in.packages("trixie")
+    for suite in ("bookworm", "trixie"):
+        assert "python3" in stand_in.packages(suite)
+        assert not [name for name in stand_in.packages(suite) if name.startswith("libpython")]
 
 
 def test_an_unknown_suite_is_refused_with_the_choices(capsys) -> None:
@@ -128,18 +129,17 @@ def test_apt_mirror_falls_back_to_debians_own(tmp_path: pathlib.Path) -> None:
     assert stand_in.apt_mirror(tmp_path) == stand_in.DEFAULT_MIRROR
 
 
-def test_rootfs_python_version_reads_the_shared_libpython(tmp_path: pathlib.Path) -> None:
-    libdir = tmp_path / "usr" / "lib" / "x86_64-linux-gnu"
-    libdir.mkdir(parents=True)
-    (libdir / "libpython3.11.so.1.0").write_bytes(b"")
-    assert stand_in.rootfs_python_version(tmp_path) == "3.11"
-
-
-def test_rootfs_python_version_without_libpython_says_so(tmp_path: pathlib.Path, capsys) -> None:
-    (tmp_path / "usr" / "lib").mkdir(parents=True)
-    with pytest.raises(SystemExit):
-        stand_in.rootfs_python_version(tmp_path)
-    assert "expected one shared libpython3.X.so.1.0" in capsys.readouterr().err
+def test_the_python_backend_is_dropped_and_the_rest_of_the_server_kept(tmp_path: pathlib.Path) -> None:
+    for relative in ("bin/tritonserver", "lib/libtritonserver-717102f0.so", "lib/libpython3-419a3a08.13.so.1.0",
+                     "backends/python/libtriton_python.so", "backends/python/triton_python_backend_stub",
+                     "caches/local/libtritoncache_local.so"):  # fmt: skip
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_bytes(b"")
+    removed = stand_in.drop_python_backend(tmp_path)
+    assert removed == ["lib/libpython3-419a3a08.13.so.1.0", "backends/python"]
+    left = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file())
+    assert left == ["bin/tritonserver", "caches/local/libtritoncache_local.so", "lib/libtritonserver-717102f0.so"]
+    assert (tmp_path / "backends").is_dir()  # tritonserver's --backend-directory, empty
 
 
 # --- the generated project's container tests, for real --------------------------------------------
