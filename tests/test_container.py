@@ -4,8 +4,8 @@ Bakes the default project, builds (or reuses) the offline stand-in for the NGC b
 (``docker/build_stand_in_base.py``), fills the project's ``wheels/`` with ``make wheels`` and runs the
 project's own ``tests/test_container.py`` and ``tests/test_k8s_kubelet.py`` (the image under the
 Kubernetes Deployment's settings; with kubectl) against an image built on the stand-in with no network.
-``STAND_IN_SUITES`` picks the stand-ins, comma-separated: ``bookworm`` (Python 3.11, the default),
-``trixie`` (Python 3.13, numpy 2), or ``bookworm,trixie``. The stand-ins have no Python backend and no shared
+``STAND_IN_SUITES`` picks the stand-ins, comma-separated: ``bookworm`` (Python 3.11), ``trixie`` (Python 3.13,
+numpy 2), or both, the default: the two ends of NGC's range. The stand-ins have no Python backend and no shared
 libpython: the generated image serves its model through tritonrt's own backend alone. The
 generated tests print the image build time, the image size above the base and the time from container
 start to ready; they are echoed here. The unit tests of the stand-in script's small pieces run anywhere.
@@ -16,7 +16,7 @@ libraries they pull from PyPI), too much for an offline wheelhouse in CI.
 Run only these::
 
     python -m pytest tests/test_container.py
-    STAND_IN_SUITES=trixie python -m pytest tests/test_container.py
+    STAND_IN_SUITES=bookworm python -m pytest tests/test_container.py   # one suite
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from conftest import bake
 
 TEMPLATE = pathlib.Path(__file__).resolve().parents[1]
 STAND_IN_SCRIPT = TEMPLATE / "docker" / "build_stand_in_base.py"
-STAND_IN_SUITES = [suite.strip() for suite in os.environ.get("STAND_IN_SUITES", "bookworm").split(",") if suite.strip()]
+STAND_IN_SUITES = [
+    suite.strip() for suite in os.environ.get("STAND_IN_SUITES", "bookworm,trixie").split(",") if suite.strip()
+]
 
 
 def _load_stand_in_script():
