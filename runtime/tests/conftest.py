@@ -106,14 +106,14 @@ def no_leftovers(session_socket_dirs: set[str]) -> Iterator[None]:
     marker = uuid.uuid4().hex
     previous = os.environ.get(SESSION_MARKER)
     os.environ[SESSION_MARKER] = marker
-    original_open = ModelHost._open_transport
+    original_open = ModelHost._make_socket_dir
 
     def recording_open(self) -> None:  # every Triton / RemoteTriton makes its socket folder here
         original_open(self)
         session_socket_dirs.add(str(self._socket_dir))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ModelHost, "_open_transport", recording_open)
+        patch.setattr(ModelHost, "_make_socket_dir", recording_open)
         yield
     processes = _wait_until_empty(lambda: _session_processes(marker))
     folders = _wait_until_empty(lambda: _existing(session_socket_dirs))

@@ -119,7 +119,7 @@ class Triton(ModelHost):
             server_dir = find_or_install_server()
             env = environment.server_environment(server_dir)
             self._check_ports()
-            self._open_transport()
+            self._make_socket_dir()
             self.failure = None
             self._stopping = False
             self._server_files = server_dir, env
@@ -160,7 +160,7 @@ class Triton(ModelHost):
             self._close_models()  # the exited server's guard removed their folders and regions
             self._api = None
             self._check_ports()
-            self._open_transport()
+            self._make_socket_dir()
             self._start_with_models()
 
     def _model_repository(self) -> pathlib.Path:
@@ -195,7 +195,7 @@ class Triton(ModelHost):
         self._server = TritonServerProcess(
             command,
             env,
-            cleanup=[self._open_socket_dir(), *([self._workspace] if self._own_workspace else [])],
+            cleanup=[self._socket_folder(), *([self._workspace] if self._own_workspace else [])],
             verbose=bool(self._config.log_verbose),
             secrets=self._secrets(),
         )
@@ -309,10 +309,10 @@ class RemoteTriton(ModelHost):
             if self._running:
                 return
             self._remote.wait_until_ready(DEFAULT_TRITON_STARTUP_TIMEOUT_S)
-            self._open_transport()
+            self._make_socket_dir()
             self.failure = None
             self._stopping = False
-            self._running = True  # from here on, stop() unloads what loaded and closes the transport
+            self._running = True  # from here on, stop() unloads what loaded and stops the workers
             try:
                 for model in self._models.values():
                     self._deploy(model)

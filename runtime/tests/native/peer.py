@@ -69,7 +69,7 @@ def identity(requests) -> list:
         if "fail" in request.parameters:
             responses.append(ErrorResponse(f"failed on request: {request.parameters['fail']}", ERROR_INVALID_ARG))
             continue
-        outputs = {name.replace("IN_", "OUT_", 1): array for name, array in request.inputs.items()}
+        outputs = {name.replace("IN_", "OUT_", 1): array for name, array in request.items()}
         outputs["REQUESTS"] = np.full((1, 1), len(requests), np.int32)
         big = request.parameters.get("big_output")
         if big:
@@ -126,10 +126,7 @@ class Peer:
                 connection.close()
 
     def _stream(self, connection, seq: int, requests) -> None:
-        plans = [
-            (r.inputs["IN"], int(r.inputs["COUNT"].reshape(-1)[0]), int(r.inputs.get("DELAY_MS", [0])[0]))
-            for r in requests
-        ]
+        plans = [(r["IN"], int(r["COUNT"].reshape(-1)[0]), int(r.get("DELAY_MS", [0])[0])) for r in requests]
         requests = None
         steps = max(count for _, count, _ in plans)
         for step in range(steps):

@@ -144,9 +144,9 @@ def test_inline_inputs_are_views_of_the_received_bytes(pair):
     seq = backend.send_batch(requests, data)
     got_seq, received = connection.receive_batch()
     assert got_seq == seq
-    first, second = received[0].inputs["X"], received[1].inputs["X"]
+    first, second = received[0]["X"], received[1]["X"]
     np.testing.assert_array_equal(first, [[1, 2, 3, 4]])
-    np.testing.assert_array_equal(received[1].inputs["M"], [True, False, True])
+    np.testing.assert_array_equal(received[1]["M"], [True, False, True])
     assert type(first.base) is bytearray and first.base is second.base  # no copy
     assert received[0].requested_output_names is None and received[0].parameters == {}
 
@@ -161,7 +161,7 @@ def test_regional_inputs_are_views_of_the_backends_region_and_batch_without_a_co
     requests = [request(tensor("X", wire.DTYPE_FP32, 1, i * size, size, (1, 8192))) for i in range(3)]
     backend.send_batch(requests, region=True, announce=True)
     _, received = connection.receive_batch()
-    arrays = [r.inputs["X"] for r in received]
+    arrays = [r["X"] for r in received]
     joined = _join_adjacent(arrays)  # what @batch does with them
     assert joined is not None and joined.shape == (3, 8192)
     np.testing.assert_array_equal(joined[:, 0], [0, 1, 2])
@@ -175,7 +175,7 @@ def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
     region.map[0:8192] = np.arange(2048, dtype=np.float32).tobytes()
     seq = backend.send_batch([request(tensor("X", wire.DTYPE_FP32, 1, 0, 8192, (1, 2048)))], region=True, announce=True)
     _, received = connection.receive_batch()
-    x = received[0].inputs["X"]
+    x = received[0]["X"]
     outputs = {
         "same": x[:, 1024:],  # a view of the input: by reference
         "computed": x * 2,  # large and new: through the worker's region
@@ -219,7 +219,7 @@ def test_views_kept_by_the_callable_are_reported_retained(pair):
         inputs = [request(tensor("X", wire.DTYPE_FP32, 1, 0, 4096, (1, 1024)))]
         seq = backend.send_batch(inputs, region=True, announce=announce)
         _, received = connection.receive_batch()
-        kept = received[0].inputs["X"][:, :2] if announce else None  # the first call keeps a view
+        kept = received[0]["X"][:, :2] if announce else None  # the first call keeps a view
         received = None
         connection.reply(seq, [{}])
         header, _, _ = reply_of(backend)

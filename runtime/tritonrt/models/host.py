@@ -1,5 +1,5 @@
-"""What Triton and RemoteTriton share: the bound models, their workers (started and stopped with the server's
-transport), publishing and loading them, and the supervisor's hooks (a lost instance, a model reload).
+"""What Triton and RemoteTriton share: the bound models, their workers (listening in a socket folder made for
+each server start), publishing and loading them, and the supervisor's hooks (a lost instance, a model reload).
 
 :mod:`tritonrt.triton` builds the public classes on :class:`ModelHost`: a ``Triton`` starts its own server,
 a ``RemoteTriton`` uploads its models into one started elsewhere.
@@ -113,7 +113,8 @@ class ModelHost:
 
     # -- lifecycle helpers -----------------------------------------------------------------------------------
 
-    def _open_transport(self) -> None:
+    def _make_socket_dir(self) -> None:
+        """A new 0700 folder for the workers' sockets of this start (removed by ``_close_models``)."""
         self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-", dir=self._socket_parent))
         self._socket_dir.chmod(0o700)
 
@@ -122,10 +123,10 @@ class ModelHost:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _open_socket_dir(self) -> pathlib.Path:
-        """The workers' socket folder of this start (made by ``_open_transport``)."""
+    def _socket_folder(self) -> pathlib.Path:
+        """The workers' socket folder of this start (made by ``_make_socket_dir``)."""
         if self._socket_dir is None:
-            raise PyTritonInvalidOperationError("The models' transport is not open: start the server with run().")
+            raise PyTritonInvalidOperationError("No socket folder for the models yet: start the server with run().")
         return self._socket_dir
 
     def _server_api(self) -> ServerApi:
@@ -134,7 +135,7 @@ class ModelHost:
         return self._api
 
     def _prepare(self, model: BoundModel) -> None:
-        model.attach(self._open_socket_dir())
+        model.attach(self._socket_folder())
         warm_up(model)  # before the model loads, as in PyTriton 0.7
         self._publish(model)
         generation = self._generation

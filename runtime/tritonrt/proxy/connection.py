@@ -23,6 +23,7 @@ from tritonrt.proxy import wire
 from tritonrt.proxy.link import Link, PeerGone
 from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
 from tritonrt.proxy.tensors import array_from, encode_bytes, wire_dtype
+from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import (
     DATA_ALIGN,
     FLAG_DECOUPLED,
@@ -51,7 +52,6 @@ from tritonrt.proxy.wire_decode import decode_batch, decode_body
 
 __all__ = [
     "ErrorResponse",
-    "IncomingRequest",
     "InstanceIdentity",
     "PeerGone",
     "RegionError",
@@ -111,29 +111,6 @@ class ErrorResponse(Exception):
     def __init__(self, message: str, code: int = wire.ERROR_INTERNAL):
         super().__init__(message)
         self.code = code
-
-
-class IncomingRequest:
-    """One request of a batch: ``inputs`` (name -> array), ``parameters``, ``requested_output_names`` (None:
-    all), the request ``id``, ``correlation_id`` and sequence ``flags``."""
-
-    __slots__ = ("inputs", "parameters", "requested_output_names", "id", "correlation_id", "flags")
-
-    def __init__(
-        self,
-        inputs: dict[str, np.ndarray],
-        parameters: dict,
-        requested_output_names: list[str] | None,
-        request_id: str,
-        correlation_id: int | str | None,
-        flags: int,
-    ):
-        self.inputs: dict[str, np.ndarray] = inputs
-        self.parameters: dict = parameters
-        self.requested_output_names: list[str] | None = requested_output_names
-        self.id: str = request_id
-        self.correlation_id: int | str | None = correlation_id
-        self.flags: int = flags
 
 
 class WorkerListener:
@@ -225,7 +202,7 @@ class WorkerConnection:
 
     # -- receiving ---------------------------------------------------------------------------------------------
 
-    def receive_batch(self) -> tuple[int, list[IncomingRequest]]:
+    def receive_batch(self) -> tuple[int, list[Request]]:
         """Wait for the next batch: ``(seq, requests)``. Raises PeerGone when the backend closed, WireError
         (after answering the batch with BATCH_ERROR) when the batch cannot be read."""
         while True:
@@ -268,7 +245,7 @@ class WorkerConnection:
             self._control(header, buffer)
         return self.cancelled
 
-    def _requests(self, header: Header, buffer: bytearray, fd: int) -> list[IncomingRequest]:
+    def _requests(self, header: Header, buffer: bytearray, fd: int) -> list[Request]:
         if fd >= 0:
             self._peer = PeerRegion(header.region_id, fd, header.region_size)
         peer = self._peer
@@ -289,7 +266,7 @@ class WorkerConnection:
                         raise WireError(f"input {name!r} lies outside its region")
                     source = region.base
                 inputs[name] = array_from(source, offset, dtype, shape, byte_length)
-            requests.append(IncomingRequest(inputs, *meta[3:5], meta.id, meta.correlation_id, meta.flags))
+            requests.append(Request(inputs, meta.parameters, meta.requested_outputs))
         return requests
 
     # -- sending -----------------------------------------------------------------------------------------------

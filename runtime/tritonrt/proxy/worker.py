@@ -118,9 +118,7 @@ class CallableWorker(threading.Thread):
     def _serve_next(self, connection: WorkerConnection) -> None:
         """Receive a batch, call the callable, reply. Holds the only references to the requests: they are dropped
         before the final reply, which tells the backend whether the callable kept views of its region."""
-        seq, incoming = connection.receive_batch()
-        requests = [Request(request.inputs, request.parameters, request.requested_output_names) for request in incoming]
-        del incoming
+        seq, requests = connection.receive_batch()
         count = len(requests)
         result: Any = None
         responses: Any = None

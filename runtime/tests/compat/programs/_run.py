@@ -34,13 +34,13 @@ class _PytritonAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def _report_socket_dirs() -> None:
     from tritonrt.models.host import ModelHost
 
-    original = ModelHost._open_transport
+    original = ModelHost._make_socket_dir
 
     def reporting(self):
         original(self)
         print(f"TRITONRT_SOCKET_DIR={self._socket_dir}", file=sys.stderr, flush=True)
 
-    ModelHost._open_transport = reporting
+    ModelHost._make_socket_dir = reporting
 
 
 def main() -> None:
