@@ -92,24 +92,19 @@ def write_tar_xz(source: pathlib.Path, archive: pathlib.Path) -> int:
     return archive.stat().st_size
 
 
-def pack_server(staging: pathlib.Path, python_version: str) -> list[str]:
+def pack_server(staging: pathlib.Path) -> list[str]:
     """tritonserver without what the check does not use (the Python backend among it)."""
     server = staging / "server"
-    progress(f"tritonrt install-server --python-version {python_version} (from the nvidia-pytriton wheel)")
+    progress("tritonrt install-server --without-python-backend (from the nvidia-pytriton wheel)")
     command = [sys.executable, "-m", "tritonrt", "install-server", "--dest", str(server),
-               "--python-version", python_version, "--force"]  # fmt: skip
+               "--without-python-backend", "--force"]  # fmt: skip
     if subprocess.run(command).returncode != 0:
         fail("tritonrt install-server failed (its message is above); run pack with the repository's .venv")
-    dropped = []
-    for bundled in sorted((server / "lib").glob("libpython3*")):
-        dropped.append(f"lib/{bundled.name} ({mib(bundled.stat().st_size)}: only the 3.13 stub links it)")
-        bundled.unlink()
+    dropped = ["the Python backend, its stubs and the libpython bundled for the 3.13 one (tritonrt's models "
+               "do not use them)"]  # fmt: skip
     if (server / "caches").is_dir():
         dropped.append("caches/ (the response cache: tritonrt turns none on)")
         shutil.rmtree(server / "caches")
-    if (server / "backends" / "python").is_dir():
-        dropped.append("backends/python (the Python backend and its stub: tritonrt's models do not use it)")
-        shutil.rmtree(server / "backends" / "python")
     before = sum(path.stat().st_size for pattern in STRIPPED for path in server.glob(pattern))
     if shutil.which("strip"):
         subprocess.run(["strip", "--strip-unneeded", *(str(p) for pattern in STRIPPED for p in server.glob(pattern))],
@@ -157,7 +152,7 @@ def pack(carry: pathlib.Path, python_version: str) -> int:
         (carry / old).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu-carry-") as tmp:
         staging = pathlib.Path(tmp)
-        dropped = pack_server(staging, python_version) + pack_site(staging, python_version)
+        dropped = pack_server(staging) + pack_site(staging, python_version)
         sizes = {}
         for name in ("server", "site"):
             unpacked = sum(path.stat().st_size for path in (staging / name).rglob("*") if path.is_file())

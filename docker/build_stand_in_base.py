@@ -190,30 +190,15 @@ def add_ngc_user(rootfs: pathlib.Path) -> None:
 
 
 def install_server(rootfs: pathlib.Path, suite: str) -> None:
-    """Extract tritonserver into ``rootfs/opt/tritonserver``, then drop the Python backend from it."""
+    """Extract tritonserver into ``rootfs/opt/tritonserver``, without the Python backend."""
     dest = rootfs / "opt" / "tritonserver"
-    progress(f"tritonrt install-server --dest /opt/tritonserver --python-version {SUITES[suite]}")
+    progress("tritonrt install-server --dest /opt/tritonserver --without-python-backend")
     command = [sys.executable, "-m", "tritonrt", "install-server", "--dest", str(dest),
-               "--python-version", SUITES[suite], "--force"]  # fmt: skip
+               "--without-python-backend", "--force"]  # fmt: skip
     if subprocess.run(command).returncode != 0:
         fail("`tritonrt install-server` failed (its message is above).")
-    progress(f"left out (the Python backend): {', '.join(drop_python_backend(dest))}")
     # As in NGC's image: the server is root's, readable and runnable by the service's non-root user.
     subprocess.run(["chmod", "-R", "a+rX", str(dest)], check=True)
-
-
-def drop_python_backend(server: pathlib.Path) -> list[str]:
-    """Remove the Python backend (``backends/python``) and the libpython the wheel bundles for its stub from
-    the tritonserver in ``server``; keep ``backends/``. Returns what was removed, relative to ``server``."""
-    removed = sorted(server.glob("lib/libpython3*"))
-    for library in removed:
-        library.unlink()
-    python_backend = server / "backends" / "python"
-    if python_backend.is_dir():
-        shutil.rmtree(python_backend)
-        removed.append(python_backend)
-    (server / "backends").mkdir(exist_ok=True)
-    return [str(path.relative_to(server)) for path in removed]
 
 
 def import_image(rootfs: pathlib.Path, recipe: str, wheel_version: str, suite: str) -> str:

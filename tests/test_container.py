@@ -131,19 +131,6 @@ def test_apt_mirror_falls_back_to_debians_own(tmp_path: pathlib.Path) -> None:
     assert stand_in.apt_mirror(tmp_path) == stand_in.DEFAULT_MIRROR
 
 
-def test_the_python_backend_is_dropped_and_the_rest_of_the_server_kept(tmp_path: pathlib.Path) -> None:
-    for relative in ("bin/tritonserver", "lib/libtritonserver-717102f0.so", "lib/libpython3-419a3a08.13.so.1.0",
-                     "backends/python/libtriton_python.so", "backends/python/triton_python_backend_stub",
-                     "caches/local/libtritoncache_local.so"):  # fmt: skip
-        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / relative).write_bytes(b"")
-    removed = stand_in.drop_python_backend(tmp_path)
-    assert removed == ["lib/libpython3-419a3a08.13.so.1.0", "backends/python"]
-    left = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file())
-    assert left == ["bin/tritonserver", "caches/local/libtritoncache_local.so", "lib/libtritonserver-717102f0.so"]
-    assert (tmp_path / "backends").is_dir()  # tritonserver's --backend-directory, empty
-
-
 # --- the generated project's container tests, for real --------------------------------------------
 
 

@@ -20,6 +20,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the Python version whose Python backend stub to extract too, if the wheel has one, e.g. 3.11 "
         "(default: this one; tritonrt's own models need no stub)",
     )
+    install_cmd.add_argument(
+        "--without-python-backend",
+        action="store_true",
+        help="leave Triton's Python backend out (tritonrt's models do not use it; for images and carried installs)",
+    )
     install_cmd.add_argument("--force", action="store_true", help="reinstall even if a server is there")
     commands.add_parser("server-dir", help="print the directory of the tritonserver tritonrt would use")
     args = parser.parse_args(argv)
@@ -29,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
             if install.is_server_dir(dest) and not args.force:
                 print(f"tritonrt: tritonserver already installed in {dest} (use --force to reinstall)")
                 return 0
-            install.install_server(dest, args.python_version)
+            install.install_server(dest, args.python_version, python_backend=not args.without_python_backend)
         else:
             found = install.find_server_dir()
             if found is None:

@@ -91,6 +91,32 @@ def test_install_takes_a_wheel_without_a_stub_for_this_python(tmp_path):
     assert (with_stub / "backends" / "python" / "triton_python_backend_stub").is_file()
 
 
+def test_install_can_leave_the_python_backend_out(tmp_path):
+    """install-server --without-python-backend (the stand-in base, the GPU check's carry): no Python backend, no
+    libpython bundled for its stub; the rest of the server and an empty backends/ kept."""
+    wheel = tmp_path / "nvidia_pytriton-0.7.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for member in ("pytriton/tritonserver/bin/tritonserver",
+                       "pytriton/tritonserver/backends/python/libtriton_python.so",
+                       "pytriton/tritonserver/caches/local/libtritoncache_local.so",
+                       "pytriton/tritonserver/python_backend_stubs/3.13/triton_python_backend_stub",
+                       "nvidia_pytriton.libs/libtritonserver-717102f0.so",
+                       "nvidia_pytriton.libs/libpython3-419a3a08.13.so.1.0"):  # fmt: skip
+            archive.writestr(member, "")
+    dest = install.extract_server(wheel, tmp_path / "server", "3.13", python_backend=False)
+    left = sorted(str(path.relative_to(dest)) for path in dest.rglob("*") if path.is_file())
+    assert left == [
+        "bin/tritonserver",
+        "caches/local/libtritoncache_local.so",
+        "lib/libtritonserver-717102f0.so",
+        install.MARKER,
+    ]
+    assert (dest / "backends").is_dir()  # tritonserver's --backend-directory, empty
+    with_backend = install.extract_server(wheel, tmp_path / "full", "3.13")
+    assert (with_backend / "backends" / "python" / "triton_python_backend_stub").is_file()
+    assert (with_backend / "lib" / "libpython3-419a3a08.13.so.1.0").is_file()
+
+
 def test_a_wheel_without_a_server_is_explained(tmp_path):
     wheel = tmp_path / "other.whl"
     with zipfile.ZipFile(wheel, "w") as archive:

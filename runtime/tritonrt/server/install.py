@@ -140,24 +140,31 @@ def _extract_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, target: p
     target.chmod(0o755)
 
 
-def _server_target(name: str, stub_prefix: str) -> str | None:
-    """Map a wheel member to its place in the NGC layout (None: not part of the server)."""
+def _server_target(name: str, stub_prefix: str | None) -> str | None:
+    """Map a wheel member to its place in the NGC layout (None: not part of the server; without a
+    ``stub_prefix``, the Python backend and the libpython bundled for its 3.13 stub are not either)."""
     if name.startswith(_WHEEL_LIBS):
-        return "lib/" + name[len(_WHEEL_LIBS) :]
+        library = name[len(_WHEEL_LIBS) :]
+        return None if stub_prefix is None and library.startswith("libpython3") else "lib/" + library
     if not name.startswith(_WHEEL_ROOT):
         return None
     relative = name[len(_WHEEL_ROOT) :]
+    if stub_prefix is None and relative.startswith("backends/python/"):
+        return None
     if relative.startswith(("bin/", "backends/", "caches/")):
         return relative
-    if relative == stub_prefix + "triton_python_backend_stub":
+    if stub_prefix is not None and relative == stub_prefix + "triton_python_backend_stub":
         return "backends/python/triton_python_backend_stub"
     return None
 
 
-def extract_server(wheel: pathlib.Path, dest: pathlib.Path, python_version: str) -> pathlib.Path:
+def extract_server(
+    wheel: pathlib.Path, dest: pathlib.Path, python_version: str, *, python_backend: bool = True
+) -> pathlib.Path:
     """Extract the server from ``wheel`` into ``dest`` (atomically: a temporary folder, then a rename), with the
-    Python backend stub for ``python_version`` if the wheel has one."""
-    stub_prefix = f"python_backend_stubs/{python_version}/"
+    Python backend and its stub for ``python_version`` if the wheel has one; ``python_backend=False`` leaves the
+    Python backend out (``backends/`` stays, empty but for other backends)."""
+    stub_prefix = f"python_backend_stubs/{python_version}/" if python_backend else None
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.infolist() if not m.is_dir()]
         if not any(m.filename == _WHEEL_ROOT + "bin/tritonserver" for m in members):
@@ -173,7 +180,12 @@ def extract_server(wheel: pathlib.Path, dest: pathlib.Path, python_version: str)
                 target = _server_target(member.filename, stub_prefix)
                 if target is not None:
                     _extract_member(archive, member, staging / target)
-            marker = {"wheel": wheel.name, "version": WHEEL_VERSION, "python": python_version}
+            (staging / "backends").mkdir(parents=True, exist_ok=True)  # tritonserver's --backend-directory
+            marker = {
+                "wheel": wheel.name,
+                "version": WHEEL_VERSION,
+                "python": python_version if python_backend else None,
+            }
             (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
             if dest.exists():
                 shutil.rmtree(dest)
@@ -184,14 +196,19 @@ def extract_server(wheel: pathlib.Path, dest: pathlib.Path, python_version: str)
 
 
 def install_server(
-    dest: pathlib.Path | None = None, python_version: str | None = None, progress: bool = True
+    dest: pathlib.Path | None = None,
+    python_version: str | None = None,
+    progress: bool = True,
+    *,
+    python_backend: bool = True,
 ) -> pathlib.Path:
-    """Download the ``nvidia-pytriton`` wheel and extract its tritonserver into ``dest``."""
+    """Download the ``nvidia-pytriton`` wheel and extract its tritonserver into ``dest`` (``python_backend=False``:
+    without the Python backend, which tritonrt's models do not use)."""
     python_version = python_version or python_version_tag()
     dest = pathlib.Path(dest) if dest else cache_server_dir(python_version)
     with tempfile.TemporaryDirectory(prefix="tritonrt-wheel-") as tmp:
         wheel = _download_wheel(pathlib.Path(tmp), progress)
         print(f"tritonrt: extracting tritonserver into {dest} ...", file=sys.stderr)
-        extract_server(wheel, dest, python_version)
+        extract_server(wheel, dest, python_version, python_backend=python_backend)
     print(f"tritonrt: tritonserver ready in {dest}", file=sys.stderr)
     return dest
