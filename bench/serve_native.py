@@ -41,7 +41,7 @@ def serve(listener: WorkerListener) -> None:
         try:
             while True:
                 seq, requests = connection.receive_batch()
-                responses = [{"OUTPUT": request.inputs["INPUT"]} for request in requests]
+                responses = [{"OUTPUT": request.data["INPUT"]} for request in requests]
                 requests = None
                 connection.reply(seq, responses)
         except (PeerGone, OSError):

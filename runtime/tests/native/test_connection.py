@@ -296,6 +296,30 @@ def test_a_batch_that_cannot_be_read_is_answered_with_an_error(pair, inputs, dat
     assert header.kind == wire.KIND_BATCH_ERROR and reason in message
 
 
+def test_repeated_metadata_is_checked_against_each_batchs_data_and_gives_each_request_its_own_parameters(pair):
+    """Steady traffic repeats a batch's metadata, whose decoding the connection reuses: each batch must still get
+    its own data, fresh parameters and requested outputs, and the checks that depend on the header."""
+    connection, backend = pair
+    x = request(tensor("X", wire.DTYPE_FP32, 0, 0, 16, (1, 4)), parameters={"k": 1}, requested=["Y"])
+    for values in ([1, 2, 3, 4], [5, 6, 7, 8]):
+        backend.send_batch([x], fp32(values))
+        seq, (received,) = connection.receive_batch()
+        np.testing.assert_array_equal(received["X"], [values])
+        assert received.parameters == {"k": 1} and received.requested_output_names == ["Y"]
+        received.parameters["k"] = 2  # a callable may change what it was given
+        received.requested_output_names.append("Z")
+        connection.reply(seq, [{"Y": received["X"] * 2}])
+        received = None
+        header, message, (response,) = reply_of(backend)
+        (output,) = response.outputs
+        data = message[header.data_start + output.offset :][: output.byte_length]
+        np.testing.assert_array_equal(np.frombuffer(data, np.float32), np.asarray(values, np.float32) * 2)
+    backend.send_batch([x], fp32([1, 2]))  # the same metadata, but the data section is too short for it
+    with pytest.raises(WireError, match="outside"):
+        connection.receive_batch()
+    assert reply_of(backend)[0].kind == wire.KIND_BATCH_ERROR
+
+
 def test_the_backend_closing_ends_the_connection(pair):
     connection, backend = pair
     backend.sock.close()

@@ -30,6 +30,7 @@ from tritonrt.proxy.wire import (
     FLAG_FINAL,
     FLAG_NEW_REGION,
     FLAG_RETAINED,
+    HEADER_SIZE,
     KIND_ACK,
     KIND_BATCH,
     KIND_BATCH_ERROR,
@@ -46,6 +47,7 @@ from tritonrt.proxy.wire import (
     STATUS_NONE,
     STATUS_OUTPUTS,
     Header,
+    RequestMeta,
     WireError,
 )
 from tritonrt.proxy.wire_decode import decode_batch, decode_body
@@ -65,6 +67,7 @@ _HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
 _NO_REGION = object()
+_PACKED_RECORDS = 256  # output records kept packed (see reply)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +202,9 @@ class WorkerConnection:
         self._replies = 0  # REPLY messages sent for the current batch
         self._region_reply = 0  # the last of them that used this side's region
         self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
+        self._last_key: tuple | None = None  # see _decoded
+        self._packed_records: dict[tuple, bytes] = {}  # output records sent lately (steady traffic repeats them)
+        self._last_decoded: list[RequestMeta] = []
 
     # -- receiving ---------------------------------------------------------------------------------------------
 
@@ -254,7 +260,7 @@ class WorkerConnection:
         self._used_peer_region = bool(header.region_id)
         data_start = header.data_start
         requests = []
-        for meta in decode_batch(header, buffer):
+        for meta in self._decoded(header, buffer):
             inputs: dict[str, np.ndarray] = {}
             for name, dtype, location, offset, byte_length, shape in meta.inputs:
                 source: bytearray | np.ndarray
@@ -266,8 +272,28 @@ class WorkerConnection:
                         raise WireError(f"input {name!r} lies outside its region")
                     source = region.base
                 inputs[name] = array_from(source, offset, dtype, shape, byte_length)
-            requests.append(Request(inputs, meta.parameters, meta.requested_outputs))
+            parameters, requested = meta.parameters, meta.requested_outputs
+            requests.append(
+                Request(inputs, dict(parameters) if parameters else {}, None if requested is None else list(requested))
+            )
         return requests
+
+    def _decoded(self, header: Header, buffer: bytearray) -> list[RequestMeta]:
+        """The batch's request records. Under steady traffic consecutive batches often carry the very same
+        metadata (same inputs, shapes and offsets): it is decoded and checked once, then reused while its bytes
+        and what its checks depended on (the header's count, data length and regions named) stay the same."""
+        key = (
+            bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
+            header.count,
+            header.data_length,
+            header.region_id != 0,
+            header.peer_region_id != 0,
+        )
+        if key == self._last_key:
+            return self._last_decoded
+        decoded = decode_batch(header, buffer)
+        self._last_key, self._last_decoded = key, decoded
+        return decoded
 
     # -- sending -----------------------------------------------------------------------------------------------
 
@@ -287,15 +313,14 @@ class WorkerConnection:
         inline: dict[str, list] = {}
         regional: dict[str, list] = {}
         for response in responses:
-            if response is None:
-                records.append(None)
-                continue
-            if isinstance(response, BaseException):
-                records.append(response)
-                continue
-            if not isinstance(response, Mapping):
-                records.append(ErrorResponse(f"a response must be a dict of arrays, not {type(response).__name__}"))
-                continue
+            if type(response) is not dict:  # (a dict is the common case: skip the checks below)
+                if response is None or isinstance(response, BaseException):
+                    records.append(response)
+                    continue
+                if not isinstance(response, Mapping):
+                    kind = type(response).__name__
+                    records.append(ErrorResponse(f"a response must be a dict of arrays, not {kind}"))
+                    continue
             outputs = []
             for name, value in response.items():
                 array = value if type(value) is np.ndarray else np.asarray(value)
@@ -341,6 +366,7 @@ class WorkerConnection:
                 inline_end += entry[4]
         region, announce = self._lay_out(regional) if regional else (None, False)
         meta = bytearray()
+        packed_records = self._packed_records
         for record in records:
             if record is None:
                 meta += _NO_OUTPUTS
@@ -353,7 +379,15 @@ class WorkerConnection:
             else:
                 meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
                 for name, code, location, offset, nbytes, shape, _ in record:
-                    wire.pack_tensor(meta, name, code, location, offset, nbytes, shape)
+                    key = (name, code, location, offset, nbytes, shape)
+                    packed = packed_records.get(key)
+                    if packed is None:
+                        packed = bytearray()
+                        wire.pack_tensor(packed, name, code, location, offset, nbytes, shape)
+                        if len(packed_records) >= _PACKED_RECORDS:
+                            packed_records.clear()
+                        packed_records[key] = packed = bytes(packed)
+                    meta += packed
         count = len(records)
         del records, inline, regional
         flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
@@ -367,8 +401,8 @@ class WorkerConnection:
             KIND_REPLY, flags, count, seq, new_region.size if new_region is not None else 0,
             region.id if region is not None else 0, peer.id if peer is not None else 0,
         )  # fmt: skip
-        parts[0] = wire.encode_message(header, meta, inline_end)
-        self.link.send(parts, new_region.fd if new_region is not None else -1)
+        parts[0] = head = wire.encode_message(header, meta, inline_end)
+        self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
         if new_region is not None:
             new_region.close_fd()
 

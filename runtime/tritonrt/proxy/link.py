@@ -17,11 +17,12 @@ import sys
 import time
 
 from tritonrt.proxy.regions import received_fds
-from tritonrt.proxy.wire import FLAG_NEW_REGION, HEADER_SIZE, Header, WireError, decode_header
+from tritonrt.proxy.wire import DATA_ALIGN, FLAG_NEW_REGION, HEADER_SIZE, Header, WireError, decode_header
 
 __all__ = ["Link", "PeerGone"]
 
 _FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+_CTRUNC = int(socket.MSG_CTRUNC)  # a plain int: an IntFlag's ``&`` runs Python code on every message
 _ANCILLARY = socket.CMSG_SPACE(4 * 4)
 _PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
 _INITIAL = 1 << 16
@@ -49,13 +50,17 @@ class Link:
         """The next message: its header, the buffer it starts at offset 0 of, and the descriptor it announced
         (-1 if none). None if nothing came within ``timeout`` seconds (None: wait). The buffer stays valid
         until the next call."""
-        self._drop_consumed()
+        consumed = self._consumed
+        if consumed and consumed == self._end and sys.getrefcount(self._buffer) <= 2:
+            self._consumed = self._end = 0  # the common case: the last message was all there was, and nothing views it
+        else:
+            self._drop_consumed()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             need = HEADER_SIZE
             if self._end >= HEADER_SIZE:
                 header = decode_header(self._buffer)
-                need = header.total_length
+                need = -(-(HEADER_SIZE + header.meta_length) // DATA_ALIGN) * DATA_ALIGN + header.data_length
                 if self._end >= need:
                     self._consumed = need
                     fd = -1
@@ -117,23 +122,29 @@ class Link:
             return False
         finally:
             view.release()
+        if ancillary or flags & _CTRUNC:
+            self._take_fds(ancillary, flags)
+        if count == 0:
+            raise PeerGone("the peer closed the connection")
+        self._end += count
+        return True
+
+    def _take_fds(self, ancillary: list, flags: int) -> None:
         fds = received_fds(ancillary)
-        if flags & socket.MSG_CTRUNC:
+        if flags & _CTRUNC:
             for fd in fds:
                 os.close(fd)
             raise WireError("the peer sent more file descriptors than allowed", breaks_stream=True)
         self._fds.extend(fds)
         if len(self._fds) > 2:
             raise WireError("the peer sent descriptors that no message announced", breaks_stream=True)
-        if count == 0:
-            raise PeerGone("the peer closed the connection")
-        self._end += count
-        return True
 
-    def send(self, parts: list, fd: int = -1) -> None:
-        """Send ``parts`` (bytes-like objects) as one message; ``fd`` goes with its first byte."""
+    def send(self, parts: list, fd: int = -1, total: int = -1) -> None:
+        """Send ``parts`` (bytes-like objects) as one message of ``total`` bytes (-1: count them); ``fd`` goes
+        with its first byte."""
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd >= 0 else []
-        total = sum(memoryview(part).nbytes for part in parts)
+        if total < 0:
+            total = sum(memoryview(part).nbytes for part in parts)
         sent = self.sock.sendmsg(parts, ancillary)
         while sent < total:  # a message larger than the socket's buffer: finish it
             views = [memoryview(part).cast("B") for part in parts]
