@@ -382,11 +382,11 @@ class WorkerConnection:
                     key = (name, code, location, offset, nbytes, shape)
                     packed = packed_records.get(key)
                     if packed is None:
-                        packed = bytearray()
-                        wire.pack_tensor(packed, name, code, location, offset, nbytes, shape)
+                        fresh = bytearray()
+                        wire.pack_tensor(fresh, name, code, location, offset, nbytes, shape)
                         if len(packed_records) >= _PACKED_RECORDS:
                             packed_records.clear()
-                        packed_records[key] = packed = bytes(packed)
+                        packed_records[key] = packed = bytes(fresh)
                     meta += packed
         count = len(records)
         del records, inline, regional
