@@ -6,8 +6,9 @@ bench/.plain-site (installed on first run), on its own import path only.
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
 with a gRPC driver, interleaving the servers round by round (in reverse order every other round), and
-prints req/s, p50, p99 and the ratios to the plain backend. Also prints the time from Triton().run() to
-ready and the serving process's memory under load.
+prints req/s, p50, p99 and the ratios to the plain backend, the CPU time per request of each server's processes
+(tritonserver, stubs, the serving process; the load generators not counted). Also prints the time from
+Triton().run() to ready and the serving process's memory under load.
 """
 
 from __future__ import annotations
@@ -76,6 +77,19 @@ class Server:
         if self.name == "plain":
             return None
         return psutil.Process(self.process.pid).memory_info().rss / 2**20
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time used so far by the server's processes: tritonserver, the Python backend's stubs,
+        the serving Python process (whichever of them it has)."""
+        root = psutil.Process(self.process.pid)
+        total = 0.0
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGINT if self.name == "plain" else signal.SIGTERM)
@@ -248,10 +262,13 @@ def run_rounds(commands: dict[str, tuple[list[str], dict]], args) -> tuple[dict,
                                 file=sys.stderr,
                                 flush=True,
                             )
+                            cpu = server.cpu_seconds()
                             if protocol == "http":
                                 figures = run_wrk(server.http, script, connections, args.duration)
                             else:
                                 figures = run_grpc(server.grpc, elements, connections, args.duration)
+                            requests = figures["rps"] * args.duration
+                            figures["cpu_us"] = (server.cpu_seconds() - cpu) / requests * 1e6 if requests else 0.0
                             results.setdefault((protocol, label, connections, name), []).append(figures)
                             rss = server.rss_mib()
                             if rss is not None:
@@ -296,6 +313,16 @@ def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> N
             + " | "
             + " | ".join(ratios)
         )
+    print()
+    print("CPU time per request, every process of the server (tritonserver, stubs, the serving process), median us:")
+    for protocol, label, connections in keys:
+        runs = {name: results[(protocol, label, connections, name)] for name in names}
+        base = statistics.median(r["cpu_us"] for r in runs["plain"])
+        cells = []
+        for name in names:
+            value = statistics.median(r["cpu_us"] for r in runs[name])
+            cells.append(f"{name} {value:6.0f}" + ("" if name == "plain" else f" ({value / base:.2f})"))
+        print(f"  {protocol:5} {label:7} x{connections:<3} " + " | ".join(cells))
     print()
     for protocol in ("http", "grpc"):
         if (protocol, "64 B", 1, "plain") in results:

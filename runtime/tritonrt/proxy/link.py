@@ -21,7 +21,8 @@ from tritonrt.proxy.wire import DATA_ALIGN, FLAG_NEW_REGION, HEADER_SIZE, Header
 
 __all__ = ["Link", "PeerGone"]
 
-_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+_FLAGS = int(socket.MSG_CMSG_CLOEXEC)
+_NOWAIT = int(socket.MSG_DONTWAIT)
 _CTRUNC = int(socket.MSG_CTRUNC)  # a plain int: an IntFlag's ``&`` runs Python code on every message
 _ANCILLARY = socket.CMSG_SPACE(4 * 4)
 _PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
@@ -96,8 +97,10 @@ class Link:
         while True:
             if not (self._spin_s and self._spin()):
                 if deadline is None:
-                    self._poll.poll()
-                elif not self._poll.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000))):
+                    if self._read_now(0):  # wait in the read itself: one system call per message
+                        return True
+                    continue
+                if not self._poll.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000))):
                     return False
             if self._read_now():
                 return True
@@ -113,11 +116,11 @@ class Link:
                 os.sched_yield()
         return False
 
-    def _read_now(self) -> bool:
-        """Read what has arrived; False if nothing had."""
+    def _read_now(self, nowait: int = _NOWAIT) -> bool:
+        """Read what has arrived (``nowait=0``: wait for something); False if nothing had."""
         view = memoryview(self._buffer)[self._end :]
         try:
-            count, ancillary, flags, _ = self.sock.recvmsg_into([view], _ANCILLARY, _FLAGS)
+            count, ancillary, flags, _ = self.sock.recvmsg_into([view], _ANCILLARY, _FLAGS | nowait)
         except BlockingIOError:
             return False
         finally:
