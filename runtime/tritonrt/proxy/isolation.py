@@ -56,7 +56,8 @@ def answer_each(
     propagates. The batch's own error is dropped (with its traceback) before any request runs again.
     """
     try:
-        return list(run(requests))
+        outcomes = run(requests)
+        return outcomes if type(outcomes) is list else list(outcomes)
     except PyTritonUnrecoverableError:
         raise
     except Exception as error:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple, TypeAlias
 
 # What a message is read from: the bytes received (a bytearray being filled, or a view of one).
@@ -162,6 +163,10 @@ class Welcome(NamedTuple):
     worker_version: str
 
 
+# NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (every message has one).
+_new_header = partial(tuple.__new__, Header)
+
+
 def align(value: int) -> int:
     """``value`` rounded up to a multiple of DATA_ALIGN."""
     return -(-value // DATA_ALIGN) * DATA_ALIGN
@@ -198,7 +203,7 @@ def decode_header(buffer: Buffer, offset: int = 0) -> Header:
             "the tritonrt runtime and its backend library from the same release",
             breaks_stream=True,
         )
-    header = Header(kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, data_length)
+    header = _new_header((kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, data_length))
     if not KIND_HELLO <= kind <= KIND_ACK:
         raise WireError(f"unknown message kind {kind}", breaks_stream=True)
     if meta_length > MAX_META_BYTES or data_length > MAX_DATA_BYTES:
