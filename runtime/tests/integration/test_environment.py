@@ -84,7 +84,9 @@ def fake_wheel(path: pathlib.Path, stub_versions: list[str]) -> pathlib.Path:
                        "nvidia_pytriton.libs/libpython3-419a3a08.13.so.1.0"):  # fmt: skip
             archive.writestr(member, "")
         for version in stub_versions:
-            archive.writestr(f"pytriton/tritonserver/python_backend_stubs/{version}/triton_python_backend_stub", version)
+            archive.writestr(
+                f"pytriton/tritonserver/python_backend_stubs/{version}/triton_python_backend_stub", version
+            )
     path.write_bytes(buffer.getvalue())
     return path
 
@@ -117,8 +119,10 @@ def test_install_leaves_the_old_per_python_folders_of_the_cache_alone(tmp_path, 
     assert old.read_text() == "old"
     cache = install.cache_server_dir()
     assert install.is_server_dir(cache) and marker(cache)["stubs"] == []
-    assert sorted(path.name for path in cache.iterdir()) == ["backends", "bin", "caches", "lib", "py3.11", install.MARKER]
-    assert not (cache / "backends" / "python").exists()  # the reinstall replaced the server's folders whole
+    assert sorted(path.name for path in cache.iterdir()) == [
+        "backends", "bin", "caches", "lib", "py3.11", install.MARKER,
+    ]  # fmt: skip
+    assert not (cache / "backends" / "python").exists()  # the reinstall replaced the server's folders
 
 
 def test_install_extracts_the_stub_of_every_python_and_this_ones_at_the_default_place(tmp_path):

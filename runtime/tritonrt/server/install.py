@@ -159,7 +159,7 @@ def _extract_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, target: p
 
 
 def _stub_version(name: str) -> str | None:
-    """``"3.11"`` for the wheel member ``pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub``."""
+    """``"3.11"`` for the wheel's ``pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub``."""
     if not name.startswith(_WHEEL_STUBS):
         return None
     version, _, file = name[len(_WHEEL_STUBS) :].partition("/")
