@@ -1,6 +1,7 @@
 """Benchmark tritonrt: plain Python-backend identity vs tritonrt (its native backend) vs PyTriton, one
-tritonserver build. The plain model runs in Triton's Python stub, built against numpy 1.x: it gets numpy<2 from
-bench/.plain-site (installed on first run), on its own import path only.
+tritonserver build. The plain model runs in Triton's Python stub for this interpreter (copied into the model's
+folder in a temporary repository), built against numpy 1.x: it gets numpy<2 from bench/.plain-site (installed
+on first run), on its own import path only.
 
     python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
 
@@ -14,10 +15,12 @@ Triton().run() to ready and the serving process's memory under load.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -180,18 +183,39 @@ def plain_site() -> pathlib.Path:
     return PLAIN_SITE
 
 
+def plain_repository(server_dir: pathlib.Path) -> pathlib.Path:
+    """bench/plain copied into a temporary model repository (removed at exit), with the Python backend stub built
+    for this interpreter in identity/: Triton's Python backend runs a stub found in the model's folder in place of
+    its own, which is the stub of whichever Python installed the shared server cache."""
+    from tritonrt.server.install import python_stub
+
+    stub = python_stub(server_dir)
+    if not stub.is_file():
+        raise SystemExit(
+            f"bench: {stub} is missing: the plain baseline needs the Python backend stub built for Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}. Run `tritonrt install-server --force` (it extracts "
+            "the stub of every Python the nvidia-pytriton wheel has), or point TRITONRT_SERVER_DIR at such a server."
+        )
+    repository = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-bench-plain-"))
+    atexit.register(shutil.rmtree, repository, ignore_errors=True)
+    shutil.copytree(HERE / "plain", repository, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(stub, repository / "identity" / stub.name)
+    return repository
+
+
 def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     from tritonrt.server import environment
     from tritonrt.server.install import find_or_install_server
 
     server_dir = find_or_install_server()
+    repository = plain_repository(server_dir)
     env = environment.server_environment(server_dir)
     # The stub ignores PYTHONPATH: the plain model puts BENCH_SYS_PATH first on sys.path itself.
     entries = [str(plain_site()), *(p for p in sys.path if p and os.path.isdir(p))]
     library_path = os.pathsep.join(filter(None, [python_library_dir(), env["LD_LIBRARY_PATH"]]))
     plain_env = dict(env, BENCH_SYS_PATH=json.dumps(entries), LD_LIBRARY_PATH=library_path)
     plain = [
-        str(server_dir / "bin/tritonserver"), f"--model-repository={HERE / 'plain'}",
+        str(server_dir / "bin/tritonserver"), f"--model-repository={repository}",
         f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
         "--metrics-port={metrics}", "--exit-timeout-secs=2",
         "--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=4194304",

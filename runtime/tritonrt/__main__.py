@@ -17,8 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     install_cmd.add_argument("--dest", type=pathlib.Path, help="target directory (default: the user cache)")
     install_cmd.add_argument(
         "--python-version",
-        help="the Python version whose Python backend stub to extract too, if the wheel has one, e.g. 3.11 "
-        "(default: this one; tritonrt's own models need no stub)",
+        help="the Python version whose Python backend stub goes at the backend's default place, e.g. 3.11 "
+        "(default: this one). The stubs of every Python the wheel has are extracted into "
+        "backends/python/stubs/<X.Y>/ whatever this says; tritonrt's own models need none",
     )
     install_cmd.add_argument(
         "--without-python-backend",
@@ -30,7 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "install-server":
-            dest = args.dest or install.cache_server_dir(args.python_version)
+            if args.python_version and args.without_python_backend:
+                parser.error(
+                    "--python-version picks the Python backend's default stub and --without-python-backend leaves "
+                    "that backend out: give one of them"
+                )
+            dest = args.dest or install.cache_server_dir()
             if install.is_server_dir(dest) and not args.force:
                 print(f"tritonrt: tritonserver already installed in {dest} (use --force to reinstall)")
                 return 0

@@ -1,14 +1,20 @@
 """Locate a tritonserver distribution, or install one from the ``nvidia-pytriton`` wheel.
 
 Search order: ``$TRITONRT_SERVER_DIR``, ``/opt/tritonserver`` (NGC images), then the user cache
-(``$XDG_CACHE_HOME/tritonrt/server/<wheel version>/py<X.Y>``). The installer asks pip for the wheel
-(``pip download --no-deps``) and extracts only the server, laid out like NGC's ``/opt/tritonserver``::
+(``$XDG_CACHE_HOME/tritonrt/server/<wheel version>``, one for every Python: the server does not depend on it).
+The installer asks pip for the wheel (``pip download --no-deps``) and extracts only the server, laid out like
+NGC's ``/opt/tritonserver``::
 
-    bin/tritonserver  lib/*.so  backends/python/{libtriton_python.so,triton_python_backend_stub,...}  caches/
+    bin/tritonserver  lib/*.so  caches/
+    backends/python/{libtriton_python.so,triton_python_backend_stub,...}
+    backends/python/stubs/<X.Y>/triton_python_backend_stub      (every Python the wheel has a stub for)
 
 tritonrt's models need none of the Python backend (they run in tritonrt's native backend, a library in each
-model's folder); its stub for the Python version asked for is extracted when the wheel has one, for plain
-Python-backend models served by the same server (the benchmark's baseline).
+model's folder). It is kept for plain Python-backend models served by the same server (the benchmark's
+baseline): the stub of every Python version the wheel carries goes into ``backends/python/stubs/<X.Y>/``, and
+the installing interpreter's one also at the backend's default place. A model for another Python takes its
+own: Triton's Python backend runs a ``triton_python_backend_stub`` found in the model's folder in preference to
+the backend's (see :func:`python_stub`).
 
 Example::
 
@@ -42,6 +48,7 @@ __all__ = [
     "find_server_dir",
     "install_server",
     "is_server_dir",
+    "python_stub",
     "python_version_tag",
 ]
 
@@ -54,6 +61,9 @@ MARKER = "tritonrt-server.json"
 
 _WHEEL_ROOT = "pytriton/tritonserver/"
 _WHEEL_LIBS = "nvidia_pytriton.libs/"
+_WHEEL_STUBS = _WHEEL_ROOT + "python_backend_stubs/"
+_STUB = "triton_python_backend_stub"
+_STUBS_DIR = "backends/python/stubs/"
 
 
 def python_version_tag(version: tuple[int, int] | None = None) -> str:
@@ -62,9 +72,17 @@ def python_version_tag(version: tuple[int, int] | None = None) -> str:
     return f"{major}.{minor}"
 
 
-def cache_server_dir(python_version: str | None = None) -> pathlib.Path:
-    """Where ``install-server`` puts the server for this Python version."""
-    return PYTRITON_HOME / "server" / WHEEL_VERSION / f"py{python_version or python_version_tag()}"
+def cache_server_dir() -> pathlib.Path:
+    """Where ``install-server`` puts the server: one folder per wheel version, shared by every Python."""
+    return PYTRITON_HOME / "server" / WHEEL_VERSION
+
+
+def python_stub(server_dir: pathlib.Path, python_version: str | None = None) -> pathlib.Path:
+    """The Python backend stub built for ``python_version`` (default: this interpreter's) in an installed server:
+    ``backends/python/stubs/<X.Y>/triton_python_backend_stub``. Copied into a Python-backend model's folder, it
+    is the one Triton runs for that model; it may be missing (a server without the Python backend, or not
+    installed by tritonrt)."""
+    return server_dir / _STUBS_DIR / (python_version or python_version_tag()) / _STUB
 
 
 def is_server_dir(path: pathlib.Path) -> bool:
@@ -140,31 +158,43 @@ def _extract_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, target: p
     target.chmod(0o755)
 
 
-def _server_target(name: str, stub_prefix: str | None) -> str | None:
-    """Map a wheel member to its place in the NGC layout (None: not part of the server; without a
-    ``stub_prefix``, the Python backend and the libpython bundled for its 3.13 stub are not either)."""
+def _stub_version(name: str) -> str | None:
+    """``"3.11"`` for the wheel's ``pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub``."""
+    if not name.startswith(_WHEEL_STUBS):
+        return None
+    version, _, file = name[len(_WHEEL_STUBS) :].partition("/")
+    return version if file == _STUB else None
+
+
+def _server_targets(name: str, python_backend: bool, default_stub: str | None) -> list[str]:
+    """Where a wheel member goes in the NGC layout (none: not part of the server; without the Python backend,
+    neither it, its stubs nor the libpython bundled for the 3.13 stub are)."""
     if name.startswith(_WHEEL_LIBS):
         library = name[len(_WHEEL_LIBS) :]
-        return None if stub_prefix is None and library.startswith("libpython3") else "lib/" + library
+        return [] if not python_backend and library.startswith("libpython3") else ["lib/" + library]
+    stub_version = _stub_version(name)
+    if stub_version is not None:
+        if not python_backend:
+            return []
+        default = ["backends/python/" + _STUB] if stub_version == default_stub else []
+        return [f"{_STUBS_DIR}{stub_version}/{_STUB}", *default]
     if not name.startswith(_WHEEL_ROOT):
-        return None
+        return []
     relative = name[len(_WHEEL_ROOT) :]
-    if stub_prefix is None and relative.startswith("backends/python/"):
-        return None
-    if relative.startswith(("bin/", "backends/", "caches/")):
-        return relative
-    if stub_prefix is not None and relative == stub_prefix + "triton_python_backend_stub":
-        return "backends/python/triton_python_backend_stub"
-    return None
+    if not python_backend and relative.startswith("backends/python/"):
+        return []
+    return [relative] if relative.startswith(("bin/", "backends/", "caches/")) else []
 
 
 def extract_server(
-    wheel: pathlib.Path, dest: pathlib.Path, python_version: str, *, python_backend: bool = True
+    wheel: pathlib.Path, dest: pathlib.Path, python_version: str | None = None, *, python_backend: bool = True
 ) -> pathlib.Path:
     """Extract the server from ``wheel`` into ``dest`` (atomically: a temporary folder, then a rename), with the
-    Python backend and its stub for ``python_version`` if the wheel has one; ``python_backend=False`` leaves the
-    Python backend out (``backends/`` stays, empty but for other backends)."""
-    stub_prefix = f"python_backend_stubs/{python_version}/" if python_backend else None
+    Python backend and the stub of every Python version the wheel has one for, in ``backends/python/stubs/<X.Y>/``;
+    the stub for ``python_version`` (default: this interpreter's) goes also at the backend's default place, when
+    the wheel has it. ``python_backend=False`` leaves the Python backend out (``backends/`` stays, empty but for
+    other backends)."""
+    default_stub = python_version or python_version_tag()
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.infolist() if not m.is_dir()]
         if not any(m.filename == _WHEEL_ROOT + "bin/tritonserver" for m in members):
@@ -177,22 +207,43 @@ def extract_server(
         staging.chmod(0o755)  # mkdtemp makes it 0700: the server must be usable by other (non-root) users
         try:
             for member in members:
-                target = _server_target(member.filename, stub_prefix)
-                if target is not None:
+                for target in _server_targets(member.filename, python_backend, default_stub):
                     _extract_member(archive, member, staging / target)
             (staging / "backends").mkdir(parents=True, exist_ok=True)  # tritonserver's --backend-directory
+            found = {version for member in members if (version := _stub_version(member.filename))}
+            stubs = sorted(found, key=lambda version: [int(part) for part in version.split(".") if part.isdigit()])
+            stubs = stubs if python_backend else []
             marker = {
                 "wheel": wheel.name,
                 "version": WHEEL_VERSION,
-                "python": python_version if python_backend else None,
+                "stubs": stubs,
+                "default_stub": default_stub if default_stub in stubs else None,
             }
             (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-            if dest.exists():
-                shutil.rmtree(dest)
-            staging.rename(dest)
+            _move_into(dest, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return dest
+
+
+def _move_into(dest: pathlib.Path, staging: pathlib.Path) -> None:
+    """Move the server extracted in ``staging`` to ``dest``: one rename when ``dest`` is new (or empty); else (a
+    reinstall, the cache folder that holds the per-Python servers of earlier tritonrt versions) each of the
+    server's entries replaces its namesake, the marker last, and anything else there (old ``py<X.Y>`` folders,
+    which a running server may still use) is left alone."""
+    try:
+        staging.rename(dest)
+        return
+    except OSError:
+        if not dest.is_dir():
+            raise
+    for entry in sorted(staging.iterdir(), key=lambda path: path.name == MARKER):
+        target = dest / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        entry.rename(target)
 
 
 def install_server(
@@ -202,10 +253,10 @@ def install_server(
     *,
     python_backend: bool = True,
 ) -> pathlib.Path:
-    """Download the ``nvidia-pytriton`` wheel and extract its tritonserver into ``dest`` (``python_backend=False``:
-    without the Python backend, which tritonrt's models do not use)."""
-    python_version = python_version or python_version_tag()
-    dest = pathlib.Path(dest) if dest else cache_server_dir(python_version)
+    """Download the ``nvidia-pytriton`` wheel and extract its tritonserver into ``dest`` (default: the user cache),
+    ``python_version``'s stub (default: this interpreter's) at the Python backend's default place
+    (``python_backend=False``: without the Python backend, which tritonrt's models do not use)."""
+    dest = pathlib.Path(dest) if dest else cache_server_dir()
     with tempfile.TemporaryDirectory(prefix="tritonrt-wheel-") as tmp:
         wheel = _download_wheel(pathlib.Path(tmp), progress)
         print(f"tritonrt: extracting tritonserver into {dest} ...", file=sys.stderr)
