@@ -56,8 +56,8 @@ def answer_each(
     propagates. The batch's own error is dropped (with its traceback) before any request runs again.
     """
     try:
-        outcomes = run(requests)
-        return outcomes if type(outcomes) is list else list(outcomes)
+        answered = run(requests)
+        return answered if type(answered) is list else list(answered)  # type: ignore[return-value]
     except PyTritonUnrecoverableError:
         raise
     except Exception as error:
