@@ -57,7 +57,7 @@ def answer_each(
     """
     try:
         answered = run(requests)
-        return answered if type(answered) is list else list(answered)  # type: ignore[return-value]
+        return answered if type(answered) is list else list(answered)
     except PyTritonUnrecoverableError:
         raise
     except Exception as error:
