@@ -37,6 +37,24 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broken(pub String);
 
+/// Why a message could not be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendFailed {
+    /// The worker had closed the connection before any byte of the message went (it went away between
+    /// messages): nothing of it reached anyone, so it can be sent again on a new connection.
+    Unsent(Broken),
+    /// The connection broke, perhaps part-way through the message.
+    Broken(Broken),
+}
+
+impl SendFailed {
+    pub fn into_broken(self) -> Broken {
+        match self {
+            SendFailed::Unsent(broken) | SendFailed::Broken(broken) => broken,
+        }
+    }
+}
+
 /// A received message. Its bytes stay valid until the next receive.
 pub struct Incoming<'c> {
     pub header: Header,
@@ -73,6 +91,9 @@ pub struct Channel {
     peer: Option<PeerRegion>,
     spin: Spin,
     scratch: Vec<u8>,
+    /// A message was sent since the last read: its answer cannot have come yet, so the next receive waits
+    /// before it reads (one system call fewer per answer).
+    awaiting: bool,
 }
 
 impl Channel {
@@ -121,11 +142,12 @@ impl Channel {
             peer: None,
             spin: Spin { limit: Duration::ZERO, catch_rate: 1.0, waits: 0 },
             scratch: Vec::new(),
+            awaiting: false,
         };
         let flags = if decoupled { FLAG_DECOUPLED } else { 0 };
         let mut message = Vec::new();
         encode(&Header { flags, ..Header::default() }, &Body::Hello(hello.clone()), &[], &mut message);
-        channel.send(&message, false).map_err(|Broken(e)| e)?;
+        channel.send(&message, false).map_err(|failed| failed.into_broken().0)?;
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -165,13 +187,21 @@ impl Channel {
     }
 
     /// Send a whole encoded message; with `new_region`, our current region's descriptor goes with it.
-    pub fn send(&mut self, message: &[u8], new_region: bool) -> Result<(), Broken> {
+    pub fn send(&mut self, message: &[u8], new_region: bool) -> Result<(), SendFailed> {
         let fd = if new_region { self.own.as_ref().map(|own| own.fd()) } else { None };
-        sys::send_all(self.stream.as_fd(), message, fd)
-            .map_err(|e| Broken(format!("sending to the worker failed: {e}")))?;
+        if let Err(failure) = sys::send_all(self.stream.as_fd(), message, fd) {
+            let broken = Broken(format!("sending to the worker failed: {}", failure.error));
+            let closed = matches!(failure.error.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset);
+            return Err(if closed && failure.sent == 0 {
+                SendFailed::Unsent(broken)
+            } else {
+                SendFailed::Broken(broken)
+            });
+        }
         if new_region {
             self.own_announced = true;
         }
+        self.awaiting = true;
         Ok(())
     }
 
@@ -179,7 +209,7 @@ impl Channel {
     pub fn send_control(&mut self, seq: u64, body: &Body<'_>) -> Result<(), Broken> {
         let mut message = std::mem::take(&mut self.scratch);
         encode(&Header { seq, ..Header::default() }, body, &[], &mut message);
-        let result = self.send(&message, false);
+        let result = self.send(&message, false).map_err(SendFailed::into_broken);
         self.scratch = message;
         result
     }
@@ -245,6 +275,9 @@ impl Channel {
                 self.make_room(header.total_length());
             } else {
                 self.make_room(HEADER_SIZE);
+            }
+            if std::mem::take(&mut self.awaiting) && !self.wait(timeout_ms)? {
+                return Ok(None);
             }
             let mut fds = Vec::new();
             let received = sys::recv_nowait(self.stream.as_fd(), &mut self.buf[self.end..], &mut fds)

@@ -223,9 +223,17 @@ impl Drop for Mapping {
     }
 }
 
+/// Why `send_all` stopped: the error, and how many bytes had been sent before it.
+#[derive(Debug)]
+pub struct SendFailure {
+    pub error: io::Error,
+    pub sent: usize,
+}
+
 /// Send all of `data` on a stream socket, with `fd` (if any) as SCM_RIGHTS on the first byte. Never raises
 /// SIGPIPE (a dead peer is an error, not a signal that kills tritonserver).
-pub fn send_all(socket: BorrowedFd<'_>, mut data: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+pub fn send_all(socket: BorrowedFd<'_>, mut data: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<(), SendFailure> {
+    let total = data.len();
     let mut control = [0u64; 4]; // room for one cmsghdr and one int, 8-byte aligned
     let mut attach = fd;
     while !data.is_empty() {
@@ -258,7 +266,7 @@ pub fn send_all(socket: BorrowedFd<'_>, mut data: &[u8], fd: Option<BorrowedFd<'
             if error.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(error);
+            return Err(SendFailure { error, sent: total - data.len() });
         }
         attach = None; // the descriptor went with the first bytes
         data = &data[sent as usize..];

@@ -137,6 +137,28 @@ fn a_dead_worker_fails_the_batch_and_the_next_one_reconnects() {
 }
 
 #[test]
+fn a_worker_that_closed_between_batches_gets_the_next_batch_on_a_new_connection_and_nothing_fails() {
+    let dir = temp_dir("closed-between");
+    let (closed, is_closed) = std::sync::mpsc::channel();
+    let (socket, worker) = spawn_worker(&dir, welcome(1024, 1 << 30), 2, move |mut end| {
+        let batch = end.read().unwrap();
+        end.echo(&batch);
+        drop(end); // the worker restarted, or moved to a new instance, between batches
+        closed.send(()).unwrap();
+    });
+    let mut executor = executor(socket, false);
+    // The second batch has an input for our region: the region is made again on the new connection.
+    for values in [vec![1.0f32, 2.0], (0..1000).map(|i| i as f32).collect()] {
+        let mut batch = FakeBatch::new(vec![FakeRequest::with(vec![FakeInput::fp32("X", &values)])]);
+        executor.execute(&mut batch);
+        batch.assert_all_answered();
+        assert_eq!(batch.outputs(0)[0].data, fp32_bytes(&values), "{:?}", batch.failure(0));
+        is_closed.recv().unwrap();
+    }
+    worker.join().unwrap();
+}
+
+#[test]
 fn a_malformed_reply_fails_its_requests_and_the_connection_goes_on() {
     let dir = temp_dir("malformed");
     let (socket, worker) = spawn_worker(&dir, welcome(1024, 1 << 30), 1, |mut end| {

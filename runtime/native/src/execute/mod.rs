@@ -98,22 +98,38 @@ impl Executor {
     /// Answer every request of `batch`. Never fails as a whole: each request gets its response or its error.
     pub fn execute<B: Batch>(&mut self, batch: &mut B) -> Timing {
         let mut timing = Timing { batch_size: 0, ..Timing::default() };
-        if self.channel.as_ref().is_some_and(Channel::peer_closed) {
-            self.channel = None;
-        }
-        if let Err(error) = self.connect() {
-            let failure = Failure::new(ERROR_UNAVAILABLE, format!("tritonrt: {error}"));
-            (0..batch.len()).for_each(|index| batch.fail(index, &failure));
-            return timing;
-        }
         let mut live = Vec::with_capacity(batch.len());
-        match self.send_batch(batch, &mut live, &mut timing) {
+        let mut failed = Vec::new();
+        // No check of the connection before sending (a system call per batch): a worker that went away since the
+        // last batch refuses the send before any byte goes, and the batch is sent again on a new connection.
+        let mut sent = self.connect().map_err(SendError::Unavailable);
+        if sent.is_ok() {
+            sent = self.send_batch(batch, &mut live, &mut failed, &mut timing);
+        }
+        if let Err(SendError::Unsent(_)) = sent {
+            self.channel = None;
+            (live, failed, timing) = (Vec::with_capacity(batch.len()), Vec::new(), Timing::default());
+            sent = self.connect().map_err(SendError::Unavailable);
+            if sent.is_ok() {
+                sent = self.send_batch(batch, &mut live, &mut failed, &mut timing);
+            }
+        }
+        for (index, failure) in failed {
+            batch.fail(index, &failure);
+        }
+        match sent {
             Ok(()) => {}
+            Err(SendError::Unavailable(error)) => {
+                // No request was read or failed yet: every one fails.
+                let failure = Failure::new(ERROR_UNAVAILABLE, format!("tritonrt: {error}"));
+                (0..batch.len()).for_each(|index| batch.fail(index, &failure));
+                return timing;
+            }
             Err(SendError::Requests(failure)) => {
                 live.iter().for_each(|request| batch.fail(request.index, &failure));
                 return timing;
             }
-            Err(SendError::Broken(Broken(error))) => {
+            Err(SendError::Unsent(Broken(error)) | SendError::Broken(Broken(error))) => {
                 self.channel = None;
                 let failure = self.lost(error);
                 live.iter().for_each(|request| batch.fail(request.index, &failure));

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use super::{Executor, Live, Timing};
 use crate::batch::{Batch, Buffer, Failure, Input};
-use crate::channel::Broken;
+use crate::channel::{Broken, SendFailed};
 use crate::dtype::{check_byte_length, check_bytes_serialization, element_count, DataType};
 use crate::wire::{
     self, align, encode_head, Body, Header, Tensor, ERROR_CANCELLED, ERROR_INTERNAL, ERROR_INVALID_ARG,
@@ -13,16 +13,17 @@ use crate::wire::{
 
 impl Executor {
     /// Read and check the requests, fail those that cannot be sent, and send the others as one BATCH.
+    /// Requests that cannot be sent go to `failed` (the caller fails them), the others to `live`.
     pub(super) fn send_batch<B: Batch>(
         &mut self,
         batch: &mut B,
         live: &mut Vec<Live>,
+        failed: &mut Vec<(usize, Failure)>,
         timing: &mut Timing,
     ) -> Result<(), SendError> {
         let channel = self.channel.as_mut().expect("connected");
         let threshold = channel.settings.inline_threshold.max(1);
         let mut views = Vec::with_capacity(batch.len());
-        let mut failed = Vec::new();
         for index in 0..batch.len() {
             if batch.is_cancelled(index) {
                 failed.push((index, Failure::new(ERROR_CANCELLED, "tritonrt: the request was cancelled")));
@@ -87,9 +88,6 @@ impl Executor {
             match channel.own_region(region_end) {
                 Ok((region, announce)) => (region.id, announce),
                 Err(error) => {
-                    for (index, failure) in failed {
-                        batch.fail(index, &failure);
-                    }
                     return Err(SendError::Requests(Failure::new(ERROR_UNAVAILABLE, format!("tritonrt: {error}"))));
                 }
             }
@@ -151,22 +149,26 @@ impl Executor {
                 }
             }
         }
-        for (index, failure) in failed {
-            batch.fail(index, &failure);
-        }
         if let Some(error) = copy_error {
             return Err(SendError::Requests(Failure::new(ERROR_INTERNAL, format!("tritonrt: {error}"))));
         }
         if live.is_empty() {
             return Ok(());
         }
-        channel.send(message, announce).map_err(SendError::Broken)
+        channel.send(message, announce).map_err(|failed| match failed {
+            SendFailed::Unsent(broken) => SendError::Unsent(broken),
+            SendFailed::Broken(broken) => SendError::Broken(broken),
+        })
     }
 }
 
 pub(super) enum SendError {
     /// Every live request fails with this (the connection goes on).
     Requests(Failure),
+    /// No connection to the worker could be made: every request fails with this.
+    Unavailable(String),
+    /// The worker had closed the connection before the batch went: nothing was sent.
+    Unsent(Broken),
     Broken(Broken),
 }
 
