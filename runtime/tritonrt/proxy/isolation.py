@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tritonrt.exceptions import PyTritonUnrecoverableError
+from tritonrt.proxy.connection import ErrorResponse
 
 __all__ = ["RequestError", "answer_each", "describe"]
 
@@ -36,8 +37,9 @@ _R = TypeVar("_R")
 _T = TypeVar("_T")
 
 
-class RequestError(Exception):
-    """One request's failure; ``str()`` is the whole message its client gets (no traceback is kept)."""
+class RequestError(ErrorResponse):
+    """One request's failure; ``str()`` is the whole message its client gets (no traceback is kept). A reply
+    sends it as it is (an :class:`~tritonrt.proxy.connection.ErrorResponse`)."""
 
 
 def describe(error: BaseException) -> str:

@@ -27,7 +27,7 @@ from tritonrt.proxy.connection import (
     WorkerConnection,
     WorkerListener,
 )
-from tritonrt.proxy.isolation import RequestError, answer_each, describe
+from tritonrt.proxy.isolation import answer_each, describe
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import WireError
@@ -126,11 +126,9 @@ class CallableWorker(threading.Thread):
             if not self._config.decoupled:
                 outcomes = answer_each(self._run, requests, retry=self._retry, model=self._config.model_name)
                 requests = []  # (rebinding drops the batch's requests; the list may be the callable's too)
-                # No loop variable here: one left holding the last response (an output may be a view of an input)
-                # would make every reply report the backend's region retained.
-                replies = [ErrorResponse(str(o)) if type(o) is RequestError else o for o in outcomes]
-                del outcomes
-                self._send(connection, seq, replies, final=True)
+                # Each outcome is a response or a RequestError, which replies send as they are; reply() empties
+                # the list, so that no reference to an output (maybe a view of an input) outlives it.
+                self._send(connection, seq, outcomes, final=True)
                 return
             # A stream: one reply per step of the (async) generator; once every request of the batch was
             # cancelled, the generator is closed (its finally blocks run).
