@@ -21,7 +21,6 @@ from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationEr
 from tritonrt.model_config.checks import validate_outputs
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.proxy.connection import (
-    ErrorResponse,
     PeerGone,
     RegionError,
     WorkerConnection,
