@@ -76,6 +76,23 @@ struct Spin {
     waits: u32,
 }
 
+impl Spin {
+    /// Whether this wait polls before it sleeps: while at least half of the recent polls caught their message,
+    /// and once in CHECK_EVERY waits otherwise (to notice a model that got fast).
+    fn polls(&mut self) -> bool {
+        if self.limit.is_zero() {
+            return false;
+        }
+        self.waits = self.waits.wrapping_add(1);
+        self.catch_rate >= 0.5 || self.waits % CHECK_EVERY == 0
+    }
+
+    /// Whether the poll caught its message (a moving average over about the last eight polls).
+    fn record(&mut self, caught: bool) {
+        self.catch_rate += (f64::from(u8::from(caught)) - self.catch_rate) * 0.125;
+    }
+}
+
 pub struct Channel {
     stream: UnixStream,
     buf: Vec<u8>,
@@ -241,23 +258,19 @@ impl Channel {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<bool, Broken> {
-        let spin = &mut self.spin;
-        if !spin.limit.is_zero() {
-            spin.waits = spin.waits.wrapping_add(1);
-            if spin.catch_rate >= 0.5 || spin.waits % CHECK_EVERY == 0 {
-                let deadline = Instant::now() + spin.limit;
-                let mut caught = 0.0;
-                while Instant::now() < deadline {
-                    if sys::probe(self.stream.as_fd()).map_or(true, |probe| probe != sys::Probe::Empty) {
-                        caught = 1.0;
-                        break;
-                    }
-                    sys::yield_cpu();
+        if self.spin.polls() {
+            let deadline = Instant::now() + self.spin.limit;
+            let mut caught = false;
+            while Instant::now() < deadline {
+                if sys::probe(self.stream.as_fd()).map_or(true, |probe| probe != sys::Probe::Empty) {
+                    caught = true;
+                    break;
                 }
-                spin.catch_rate += (caught - spin.catch_rate) * 0.125;
-                if caught > 0.0 {
-                    return Ok(true);
-                }
+                sys::yield_cpu();
+            }
+            self.spin.record(caught);
+            if caught {
+                return Ok(true);
             }
         }
         sys::wait_readable(self.stream.as_fd(), timeout_ms)
@@ -371,5 +384,30 @@ impl Channel {
 impl From<io::Error> for Broken {
     fn from(error: io::Error) -> Broken {
         Broken(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_stops_for_a_slow_model_and_comes_back_when_it_gets_fast() {
+        let mut spin = Spin { limit: Duration::from_micros(50), catch_rate: 1.0, waits: 0 };
+        let mut misses = 0;
+        while spin.polls() {
+            spin.record(false); // the reply did not come within the time
+            misses += 1;
+        }
+        assert_eq!(misses, 6, "polling stops once most recent polls missed");
+        let polled = (0..CHECK_EVERY * 4).filter(|_| spin.polls()).count();
+        assert_eq!(polled, 4, "a slow model is polled for once in {CHECK_EVERY} waits");
+        while !spin.polls() {}
+        for _ in 0..8 {
+            spin.record(true);
+        }
+        assert!((0..10).all(|_| spin.polls()), "a model that got fast is polled for again");
+        let mut off = Spin { limit: Duration::ZERO, catch_rate: 1.0, waits: 0 };
+        assert!(!(0..CHECK_EVERY * 2).any(|_| off.polls()), "TRITONRT_SPIN_US=0: never");
     }
 }

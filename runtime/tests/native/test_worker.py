@@ -236,8 +236,8 @@ def test_stop_wakes_a_worker_waiting_for_a_batch(harness):
     assert not h.listener.path.exists()
 
 
-def test_polling_is_off_unless_asked_for():
-    assert (WorkerSettings().spin_us, WorkerSettings().worker_spin_us) == (0, 0)
+def test_the_backend_polls_for_replies_briefly_by_default_and_the_worker_sleeps():
+    assert (WorkerSettings().spin_us, WorkerSettings().worker_spin_us) == (50, 0)
     assert WorkerSettings.from_env({}) == WorkerSettings()
     settings = WorkerSettings.from_env({"TRITONRT_SPIN_US": "200", "TRITONRT_WORKER_SPIN_US": " 1000 "})
     assert (settings.spin_us, settings.worker_spin_us) == (200, 1000)

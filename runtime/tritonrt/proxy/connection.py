@@ -75,11 +75,13 @@ class WorkerSettings:
     """What the worker tells the backend in its WELCOME, and how it waits itself.
 
     ``from_env()`` reads ``TRITONRT_SPIN_US`` and ``TRITONRT_WORKER_SPIN_US`` (microseconds, 0: never poll).
-    Polling spares a wake-up per message where a core is free, and costs one where none is: off by default.
+    Polling spares a wake-up per message where a core is free, and costs one where none is. The backend polls
+    for a reply (50 us by default), and only while replies keep coming within that time: for slower models it
+    sleeps at once. The worker waits for the next batch asleep (its wait is the clients' think time).
     """
 
     inline_threshold: int = 64 << 10  # tensors of this many bytes or more travel through shared memory
-    spin_us: int = 0  # the backend polls this long for a reply before it sleeps (0: never)
+    spin_us: int = 50  # the backend polls this long for a reply before it sleeps (0: never)
     region_limit: int = dataclasses.field(default_factory=default_region_limit)
     worker_spin_us: int = 0  # this side polls this long for the next batch before it sleeps
 
