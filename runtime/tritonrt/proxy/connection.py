@@ -204,9 +204,9 @@ class WorkerConnection:
         self._replies = 0  # REPLY messages sent for the current batch
         self._region_reply = 0  # the last of them that used this side's region
         self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
-        self._last_key: tuple | None = None  # see _decoded
-        self._packed_records: dict[tuple, bytes] = {}  # output records sent lately (steady traffic repeats them)
+        self._last_key: tuple | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
+        self._packed_records: dict[tuple, bytes] = {}  # output records sent lately (steady traffic repeats them)
 
     # -- receiving ---------------------------------------------------------------------------------------------
 

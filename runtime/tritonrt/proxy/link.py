@@ -61,6 +61,7 @@ class Link:
             need = HEADER_SIZE
             if self._end >= HEADER_SIZE:
                 header = decode_header(self._buffer)
+                # header.total_length, without its two property calls (this runs for every message)
                 need = -(-(HEADER_SIZE + header.meta_length) // DATA_ALIGN) * DATA_ALIGN + header.data_length
                 if self._end >= need:
                     self._consumed = need
