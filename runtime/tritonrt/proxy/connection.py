@@ -67,7 +67,6 @@ _HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
 _NO_REGION = object()
-_PACKED_RECORDS = 256  # output records kept packed (see reply)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +205,6 @@ class WorkerConnection:
         self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
         self._last_key: tuple | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
-        self._packed_records: dict[tuple, bytes] = {}  # output records sent lately (steady traffic repeats them)
 
     # -- receiving ---------------------------------------------------------------------------------------------
 
@@ -368,7 +366,6 @@ class WorkerConnection:
                 inline_end += entry[4]
         region, announce = self._lay_out(regional) if regional else (None, False)
         meta = bytearray()
-        packed_records = self._packed_records
         for record in records:
             if record is None:
                 meta += _NO_OUTPUTS
@@ -381,15 +378,7 @@ class WorkerConnection:
             else:
                 meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
                 for name, code, location, offset, nbytes, shape, _ in record:
-                    key = (name, code, location, offset, nbytes, shape)
-                    packed = packed_records.get(key)
-                    if packed is None:
-                        fresh = bytearray()
-                        wire.pack_tensor(fresh, name, code, location, offset, nbytes, shape)
-                        if len(packed_records) >= _PACKED_RECORDS:
-                            packed_records.clear()
-                        packed_records[key] = packed = bytes(fresh)
-                    meta += packed
+                    wire.pack_tensor(meta, name, code, location, offset, nbytes, shape)
         count = len(records)
         del records, inline, regional
         flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)

@@ -17,7 +17,7 @@ import sys
 import time
 
 from tritonrt.proxy.regions import received_fds
-from tritonrt.proxy.wire import DATA_ALIGN, FLAG_NEW_REGION, HEADER_SIZE, Header, WireError, decode_header
+from tritonrt.proxy.wire import FLAG_NEW_REGION, HEADER_SIZE, Header, WireError, decode_header
 
 __all__ = ["Link", "PeerGone"]
 
@@ -51,18 +51,13 @@ class Link:
         """The next message: its header, the buffer it starts at offset 0 of, and the descriptor it announced
         (-1 if none). None if nothing came within ``timeout`` seconds (None: wait). The buffer stays valid
         until the next call."""
-        consumed = self._consumed
-        if consumed and consumed == self._end and sys.getrefcount(self._buffer) <= 2:
-            self._consumed = self._end = 0  # the common case: the last message was all there was, and nothing views it
-        else:
-            self._drop_consumed()
+        self._drop_consumed()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             need = HEADER_SIZE
             if self._end >= HEADER_SIZE:
                 header = decode_header(self._buffer)
-                # header.total_length, without its two property calls (this runs for every message)
-                need = -(-(HEADER_SIZE + header.meta_length) // DATA_ALIGN) * DATA_ALIGN + header.data_length
+                need = header.total_length
                 if self._end >= need:
                     self._consumed = need
                     fd = -1
@@ -83,8 +78,12 @@ class Link:
         consumed, self._consumed = self._consumed, 0
         # References: self._buffer and getrefcount's argument; any more are arrays or views of the buffer.
         exported = sys.getrefcount(self._buffer) > 2
-        if not consumed and not exported:
-            return
+        if not exported:
+            if consumed == self._end:  # the common case: the last message was all there was
+                self._end = 0
+                return
+            if not consumed:
+                return
         left = self._end - consumed
         rest = bytes(memoryview(self._buffer)[consumed : self._end]) if left else b""
         if exported:
@@ -93,8 +92,9 @@ class Link:
         self._end = left
 
     def _read(self, deadline: float | None) -> bool:
-        """Read what arrives before ``deadline`` (None: wait for it); False when nothing came by then. Sleeps in
-        poll rather than in a failed read: a read that finds nothing costs an exception in Python."""
+        """Read what arrives before ``deadline`` (None: wait for it, inside the read); False when nothing came by
+        then. With a deadline it sleeps in poll rather than in a failed read: a read that finds nothing costs an
+        exception in Python."""
         while True:
             if not (self._spin_s and self._spin()):
                 if deadline is None:

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::batch::{Batch, Failure};
-use crate::channel::{Broken, Channel};
+use crate::channel::{Broken, Channel, SendFailed};
 use crate::sys;
 use crate::wire::{Hello, ERROR_INTERNAL, ERROR_UNAVAILABLE};
 
@@ -102,17 +102,11 @@ impl Executor {
         let mut failed = Vec::new();
         // No check of the connection before sending (a system call per batch): a worker that went away since the
         // last batch refuses the send before any byte goes, and the batch is sent again on a new connection.
-        let mut sent = self.connect().map_err(SendError::Unavailable);
-        if sent.is_ok() {
-            sent = self.send_batch(batch, &mut live, &mut failed, &mut timing);
-        }
-        if let Err(SendError::Unsent(_)) = sent {
+        let mut sent = self.connect_and_send(batch, &mut live, &mut failed, &mut timing);
+        if let Err(SendError::Channel(SendFailed::Unsent(_))) = sent {
             self.channel = None;
             (live, failed, timing) = (Vec::with_capacity(batch.len()), Vec::new(), Timing::default());
-            sent = self.connect().map_err(SendError::Unavailable);
-            if sent.is_ok() {
-                sent = self.send_batch(batch, &mut live, &mut failed, &mut timing);
-            }
+            sent = self.connect_and_send(batch, &mut live, &mut failed, &mut timing);
         }
         for (index, failure) in failed {
             batch.fail(index, &failure);
@@ -129,7 +123,8 @@ impl Executor {
                 live.iter().for_each(|request| batch.fail(request.index, &failure));
                 return timing;
             }
-            Err(SendError::Unsent(Broken(error)) | SendError::Broken(Broken(error))) => {
+            Err(SendError::Channel(failed)) => {
+                let Broken(error) = failed.into_broken();
                 self.channel = None;
                 let failure = self.lost(error);
                 live.iter().for_each(|request| batch.fail(request.index, &failure));
@@ -159,6 +154,17 @@ impl Executor {
             }
         }
         timing
+    }
+
+    fn connect_and_send<B: Batch>(
+        &mut self,
+        batch: &mut B,
+        live: &mut Vec<Live>,
+        failed: &mut Vec<(usize, Failure)>,
+        timing: &mut Timing,
+    ) -> Result<(), SendError> {
+        self.connect().map_err(SendError::Unavailable)?;
+        self.send_batch(batch, live, failed, timing)
     }
 
     fn lost(&self, error: String) -> Failure {

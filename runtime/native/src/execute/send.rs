@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use super::{Executor, Live, Timing};
 use crate::batch::{Batch, Buffer, Failure, Input};
-use crate::channel::{Broken, SendFailed};
+use crate::channel::SendFailed;
 use crate::dtype::{check_byte_length, check_bytes_serialization, element_count, DataType};
 use crate::wire::{
     self, align, encode_head, Body, Header, Tensor, ERROR_CANCELLED, ERROR_INTERNAL, ERROR_INVALID_ARG,
@@ -155,10 +155,7 @@ impl Executor {
         if live.is_empty() {
             return Ok(());
         }
-        channel.send(message, announce).map_err(|failed| match failed {
-            SendFailed::Unsent(broken) => SendError::Unsent(broken),
-            SendFailed::Broken(broken) => SendError::Broken(broken),
-        })
+        channel.send(message, announce).map_err(SendError::Channel)
     }
 }
 
@@ -167,9 +164,8 @@ pub(super) enum SendError {
     Requests(Failure),
     /// No connection to the worker could be made: every request fails with this.
     Unavailable(String),
-    /// The worker had closed the connection before the batch went: nothing was sent.
-    Unsent(Broken),
-    Broken(Broken),
+    /// The connection failed (`SendFailed::Unsent`: before any byte of the batch went).
+    Channel(SendFailed),
 }
 
 /// Check each input's byte size against its shape and type (overflow-checked, before anything is copied)
