@@ -39,6 +39,7 @@ from tritonrt.models import trace
 from tritonrt.models.bound import BoundModel
 from tritonrt.models.host import MONITORING_PERIOD_S, ModelHost
 from tritonrt.models.remote import RemoteModels
+from tritonrt.models.workers import WorkerInfo, WorkerMode, WorkerOptions
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
@@ -73,6 +74,9 @@ __all__ = [
     "TritonLifecyclePolicy",
     "TritonSecurityConfig",
     "VertextAILifecyclePolicy",
+    "WorkerInfo",
+    "WorkerMode",
+    "WorkerOptions",
 ]
 
 LOGGER = logging.getLogger("tritonrt")

@@ -219,7 +219,7 @@ def protocol(request) -> str:
 # -- faults: tritonrt's recovery reports and probes through an outage -------------------------------------
 
 RECOVERY_WAIT_S = 120  # a guard against hanging, not a measurement
-_RECOVERED = ("reloaded and ready again", "restarted; its models are ready")
+_RECOVERED = ("reloaded and ready again", "restarted; its models are ready", "restarted and ready again")
 
 
 class Recoveries(logging.Handler):

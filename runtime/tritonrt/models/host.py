@@ -20,12 +20,14 @@ from tritonrt.context import TritonContext, bind_triton_context
 from tritonrt.exceptions import PyTritonInvalidOperationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.models import repository, trace
-from tritonrt.models.bound import BoundModel
+from tritonrt.models.bound import BoundModel, ModelHooks
 from tritonrt.models.warmup import warm_up
+from tritonrt.models.worker_process import WorkerExit
+from tritonrt.models.workers import WorkerMode, WorkerOptions
 from tritonrt.server.api import ServerApi
 from tritonrt.server.config import TritonSecurityConfig
 from tritonrt.server.lifecycle import TritonLifecyclePolicy
-from tritonrt.server.supervisor import RecoveryPolicy, Supervisor
+from tritonrt.server.supervisor import RecoveryPolicy, Supervisor, WorkerExited
 
 __all__ = ["MONITORING_PERIOD_S", "ModelHost"]
 
@@ -77,15 +79,19 @@ class ModelHost:
         config: ModelConfig | None = None,
         strict: bool = False,
         trace_config: list[str] | None = None,
+        *,
+        workers: WorkerOptions | None = None,
     ) -> None:
         """Bind an inference callable (or one per instance, as a list) to a model named ``model_name``.
 
         The callable receives a list of requests (dicts of numpy arrays) and returns a list of dicts.
         When the server is running the model is loaded at once. ``trace_config`` gives the model its own
-        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``).
+        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``). ``workers`` (tritonrt's
+        own) says where the instances run: threads of this process (default) or worker processes, their setup
+        hook, GPUs and execution timeout (see ``tritonrt.models.workers.WorkerOptions``).
         """
         model = BoundModel.from_bind(
-            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
+            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config, workers
         )
         with self._lock:
             if model_name in self._models:
@@ -136,10 +142,17 @@ class ModelHost:
 
     def _prepare(self, model: BoundModel) -> None:
         model.attach(self._socket_folder())
-        warm_up(model)  # before the model loads, as in PyTriton 0.7
+        model.set_up_here()
+        if model.mode is WorkerMode.THREAD:
+            warm_up(model)  # before the model loads, as in PyTriton 0.7 (a worker process warms itself up)
         self._publish(model)
         generation = self._generation
-        model.start(self._on_unrecoverable, lambda: self._on_peer_lost(model.name, generation))
+        hooks = ModelHooks(
+            self._on_unrecoverable,
+            lambda: self._on_peer_lost(model.name, generation),
+            lambda exit: self._on_worker_exit(exit, generation),
+        )
+        model.start(hooks, lambda index: warm_up(model, only=index))
 
     def _publish(self, model: BoundModel) -> None:
         """Make the model's files available to the server (here: its repository folder)."""
@@ -167,6 +180,18 @@ class ModelHost:
             return
         supervisor.model_lost(name)
 
+    def _on_worker_exit(self, exit: WorkerExit, generation: int) -> None:
+        """A worker process died unasked: have the supervisor start it again."""
+        supervisor = self._supervisor
+        if self._stopping or not self._running or generation != self._generation or supervisor is None:
+            return
+        supervisor.worker_exited(WorkerExited(exit.model_name, exit.instance_index, exit.describe()))
+
+    def _restart_worker(self, name: str, index: int) -> None:
+        model = self._models.get(name)
+        if model is not None and not self._stopping:
+            model.restart_worker(index)
+
     def _reload_model(self, name: str) -> None:
         """Unload, then load ``name``: Triton reports it not ready from the unload on, until it is loaded."""
         api = self._server_api()
@@ -186,6 +211,7 @@ class ModelHost:
             model_ready=lambda name: self._api is not None and self._api.is_model_ready(name),
             model_connected=lambda name: name in self._models and self._models[name].connected(),
             give_up=self._on_unrecoverable,
+            restart_worker=self._restart_worker,
         )
 
     def _stop_supervisor(self) -> None:

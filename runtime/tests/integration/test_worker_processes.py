@@ -1,0 +1,201 @@
+"""Worker processes against a real tritonserver: instances in processes of their own, a setup hook inside
+each, a killed worker that fails only its own requests and serves again, and no worker left behind."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tritonrt.decorators import batch
+from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.triton import WorkerInfo, WorkerMode, WorkerOptions
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 60  # a guard against hanging, not a measurement
+SETUP_VALUE: list[float] = []  # filled by setup() inside each worker process, never in this one
+
+
+def setup(info: WorkerInfo) -> None:
+    SETUP_VALUE.append(100.0 + info.instance_index)
+
+
+@batch
+def whoami(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Answers with its process id, CUDA_VISIBLE_DEVICES and what setup() left (after sleeping x seconds)."""
+    time.sleep(float(x.ravel()[0]))
+    rows = x.shape[0]
+    return {
+        "pid": np.full((rows, 1), os.getpid(), dtype=np.int64),
+        "device": np.full((rows, 1), int(os.environ.get("CUDA_VISIBLE_DEVICES", "-1")), dtype=np.int64),
+        "setup": np.full((rows, 1), SETUP_VALUE[-1] if SETUP_VALUE else -1.0, dtype=np.float32),
+    }
+
+
+INPUTS = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+OUTPUTS = [
+    Tensor(name="pid", dtype=np.int64, shape=(1,)),
+    Tensor(name="device", dtype=np.int64, shape=(1,)),
+    Tensor(name="setup", dtype=np.float32, shape=(1,)),
+]
+
+
+def sleep_for(seconds: float) -> dict[str, np.ndarray]:
+    return {"x": np.array([[seconds]], dtype=np.float32)}
+
+
+@pytest.fixture(scope="module")
+def server(start_triton):
+    server = start_triton()
+    options = WorkerOptions(mode=WorkerMode.PROCESS, setup=setup, devices=(3, 5))
+    server.triton.bind(
+        "procs", [whoami, whoami], INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options
+    )
+    timeout = WorkerOptions(mode=WorkerMode.PROCESS, execution_timeout_s=2.0)
+    server.triton.bind("stuck", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=timeout)
+    return server
+
+
+def pids(server, model: str) -> list[int]:
+    return server.triton._models[model].worker_pids()
+
+
+def test_each_instance_runs_in_its_own_process_after_its_setup_on_its_device(server, protocol):
+    seen = {}
+    deadline = time.monotonic() + WAIT_S
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        while len(seen) < 2 and time.monotonic() < deadline:
+            clients = [server.http_client() if protocol == "http" else server.grpc_client() for _ in range(4)]
+            answers = pool.map(lambda c: server.infer(protocol, "procs", sleep_for(0.05), client=c), clients)
+            for answer in answers:
+                seen[int(answer["pid"][0, 0])] = (int(answer["device"][0, 0]), float(answer["setup"][0, 0]))
+            for client in clients:
+                client.close()
+    workers = pids(server, "procs")
+    assert sorted(seen) == sorted(workers) and os.getpid() not in seen
+    by_instance = [seen[pid] for pid in workers]
+    assert by_instance == [(3, 100.0), (5, 101.0)]  # instance i: devices[i], setup run inside with its index
+    assert SETUP_VALUE == []  # never run in this process
+
+
+def test_a_killed_worker_fails_only_its_requests_and_serves_again(server, recoveries):
+    victim, survivor = pids(server, "procs")
+    failures: list[str] = []
+    answered: list[int] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        with server.http_client() as client:
+            while not stop.is_set():
+                try:
+                    answer = server.infer("http", "procs", sleep_for(0.02), client=client)
+                    answered.append(int(answer["pid"][0, 0]))
+                except InferenceServerException as error:
+                    failures.append(error.message())
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while victim not in answered and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        recoveries.wait_recovered()
+        replacement = pids(server, "procs")[0]
+        assert replacement != victim
+        while replacement not in answered[-200:] and time.monotonic() < deadline:  # the instance serves again
+            time.sleep(0.01)
+        assert replacement in answered
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert survivor in answered
+    for message in failures:  # only the victim's batch failed, saying whose and why
+        assert "'procs' instance 0" in message and "SIGKILL" in message, message
+    assert len(failures) <= 4  # at most the one batch (up to max_batch_size requests) it held
+
+
+@pytest.mark.parametrize("protocol", ["http"])
+def test_a_batch_past_the_timeout_fails_and_the_worker_is_replaced(server, protocol):
+    before = pids(server, "stuck")
+    message = server.infer_error(protocol, "stuck", sleep_for(30))
+    assert "execution timeout" in message and "'stuck' instance 0" in message
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            answer = server.infer(protocol, "stuck", sleep_for(0))
+            break
+        except InferenceServerException:
+            time.sleep(0.1)
+    assert int(answer["pid"][0, 0]) not in before
+
+
+def test_a_thread_past_the_timeout_fails_its_batch_and_stops_the_service(new_triton):
+    server = new_triton()
+    options = WorkerOptions(mode=WorkerMode.THREAD, execution_timeout_s=2.0)
+    server.triton.bind("slow", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options)
+    server.triton.run()
+    assert server.infer("http", "slow", sleep_for(0))["pid"][0, 0] == os.getpid()
+    message = server.infer_error("http", "slow", sleep_for(8))
+    assert "execution timeout" in message and "'slow' instance 0" in message
+    deadline = time.monotonic() + WAIT_S
+    while server.triton.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not server.triton.is_alive()
+    assert "execution timeout" in (server.triton.failure or "")
+
+
+_SERVICE = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from tritonrt.model_config import ModelConfig, Tensor
+    from tritonrt.triton import Triton, TritonConfig, WorkerMode, WorkerOptions
+    def f(requests):
+        return [{"y": r["x"]} for r in requests]
+    ports = [int(p) for p in sys.argv[1:4]]
+    triton = Triton(config=TritonConfig(http_port=ports[0], grpc_port=ports[1], metrics_port=ports[2]))
+    triton.bind("echo", [f, f], [Tensor(name="x", dtype=np.float32, shape=(1,))],
+                [Tensor(name="y", dtype=np.float32, shape=(1,))], config=ModelConfig(batching=False),
+                workers=WorkerOptions(mode=WorkerMode.PROCESS))
+    triton.run()
+    print(*triton._models["echo"].worker_pids(), flush=True)
+    triton.serve()
+    """
+)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1].startswith("Z")  # a zombie waits for init to reap it: gone
+    except FileNotFoundError:
+        return True
+
+
+def test_no_worker_outlives_a_killed_service(free_triton_config, server_dir):
+    config = free_triton_config()
+    ports = [str(config.http_port), str(config.grpc_port), str(config.metrics_port)]
+    service = subprocess.Popen([sys.executable, "-c", _SERVICE, *ports], stdout=subprocess.PIPE, text=True)
+    try:
+        line = service.stdout.readline()
+        workers = [int(pid) for pid in line.split()]
+        assert len(workers) == 2 and all(not _gone(pid) for pid in workers)
+    finally:
+        service.kill()
+        service.wait()
+    deadline = time.monotonic() + WAIT_S
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in workers)
