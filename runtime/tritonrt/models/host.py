@@ -7,6 +7,8 @@ a ``RemoteTriton`` uploads its models into one started elsewhere.
 
 from __future__ import annotations
 
+import abc
+import enum
 import logging
 import os
 import pathlib
@@ -29,7 +31,7 @@ from tritonrt.server.config import TritonSecurityConfig
 from tritonrt.server.lifecycle import TritonLifecyclePolicy
 from tritonrt.server.supervisor import RecoveryPolicy, Supervisor, WorkerExited
 
-__all__ = ["MONITORING_PERIOD_S", "ModelHost"]
+__all__ = ["MONITORING_PERIOD_S", "HostState", "ModelHost"]
 
 LOGGER = logging.getLogger("tritonrt")
 _Host = TypeVar("_Host", bound="ModelHost")
@@ -37,7 +39,30 @@ _Host = TypeVar("_Host", bound="ModelHost")
 MONITORING_PERIOD_S = 10.0  # PyTriton 0.7's period of serve()'s liveness checks
 
 
-class ModelHost:
+class HostState(enum.Enum):
+    r"""The lifecycle of a Triton or RemoteTriton, held by the object alone (``ModelHost._state``)::
+
+    NEW --run()--> STARTING --started--> SERVING --stop()--> STOPPING --> STOPPED --run()--> STARTING
+                       \--failed--> STOPPING
+    """
+
+    NEW = "new"
+    STARTING = "starting"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+_MOVES = {
+    HostState.NEW: {HostState.STARTING, HostState.STOPPING},
+    HostState.STARTING: {HostState.SERVING, HostState.STOPPING},
+    HostState.SERVING: {HostState.STOPPING},
+    HostState.STOPPING: {HostState.STOPPED},
+    HostState.STOPPED: {HostState.STARTING, HostState.STOPPING},
+}
+
+
+class ModelHost(abc.ABC):
     """What Triton and RemoteTriton share: bound models, their workers, loading them into a server, and the
     supervisor's hooks. Subclasses implement ``run``/``connect``, ``is_alive`` and ``stop``."""
 
@@ -52,6 +77,7 @@ class ModelHost:
         self._policy = lifecycle_policy
         self._recovery = recovery or RecoveryPolicy.from_env()
         self._supervisor: Supervisor | None = None
+        self._state = HostState.NEW
         self._generation = 0  # counts server starts: a report from an earlier one's workers is stale
         self._own_workspace = workspace is None
         self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
@@ -59,8 +85,6 @@ class ModelHost:
         self._models: dict[str, BoundModel] = {}
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)
-        self._running = False
-        self._stopping = False
         self._socket_dir: pathlib.Path | None = None
         self._socket_parent: pathlib.Path | None = None  # where the socket folder is made (None: the temp folder)
         self._api: ServerApi | None = None
@@ -102,7 +126,7 @@ class ModelHost:
                 bind_triton_context(infer_callable, self.triton_context)
                 self.triton_context.model_configs[infer_callable] = model.config
             self._models[model_name] = model
-            if self._running:
+            if self._state is HostState.SERVING:
                 self._deploy(model)
 
     def get_access_token(self) -> str | None:
@@ -110,12 +134,32 @@ class ModelHost:
         restricted (``TritonSecurityConfig(restricted_endpoints=[])``) and no token was given."""
         return self._security.access_token
 
-    def connect(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def connect(self) -> None:
+        """Serve the bound models (see the subclass)."""
 
     def is_connected(self) -> bool:
         """True while the bound models are served (after run(), serve() or connect(), until stop())."""
-        return self._running
+        return self._state is HostState.SERVING
+
+    @property
+    def state(self) -> HostState:
+        """Where this host is in its lifecycle."""
+        return self._state
+
+    def _move(self, to: HostState) -> HostState:
+        """Change the state (under the lock); the state it was in. A move the lifecycle does not have is a bug."""
+        with self._cv:
+            was = self._state
+            if to not in _MOVES[was]:
+                raise PyTritonInvalidOperationError(f"tritonrt: cannot go from {was.value} to {to.value}")
+            self._state = to
+            self._cv.notify_all()
+            return was
+
+    def _winding_down(self) -> bool:
+        """True from stop() (or a failed start) on, until the next run()."""
+        return self._state in (HostState.STOPPING, HostState.STOPPED)
 
     # -- lifecycle helpers -----------------------------------------------------------------------------------
 
@@ -176,20 +220,20 @@ class ModelHost:
     def _on_peer_lost(self, name: str, generation: int) -> None:
         """A worker of ``name`` lost its instance unasked: have the supervisor reload the model."""
         supervisor = self._supervisor  # read without the lock: a restart may hold it while it stops this worker
-        if self._stopping or not self._running or generation != self._generation or supervisor is None:
+        if self._state is not HostState.SERVING or generation != self._generation or supervisor is None:
             return
         supervisor.model_lost(name)
 
     def _on_worker_exit(self, exit: WorkerExit, generation: int) -> None:
         """A worker process died unasked: have the supervisor start it again."""
         supervisor = self._supervisor
-        if self._stopping or not self._running or generation != self._generation or supervisor is None:
+        if self._state is not HostState.SERVING or generation != self._generation or supervisor is None:
             return
         supervisor.worker_exited(WorkerExited(exit.model_name, exit.instance_index, exit.describe()))
 
     def _restart_worker(self, name: str, index: int) -> None:
         model = self._models.get(name)
-        if model is not None and not self._stopping:
+        if model is not None and not self._winding_down():
             model.restart_worker(index)
 
     def _reload_model(self, name: str) -> None:
@@ -251,11 +295,13 @@ class ModelHost:
         finally:
             self.stop()
 
-    def run(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Start serving the bound models (see the subclass)."""
 
-    def is_alive(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def is_alive(self) -> bool:
+        """True while the models are served or being brought back (see the subclass)."""
 
     def __enter__(self: _Host) -> _Host:
         """Start serving (``run()``) unless the lifecycle policy says to wait for run()/serve()."""
@@ -270,5 +316,6 @@ class ModelHost:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def stop(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop(self) -> bool:
+        """Stop serving; True when this call stopped something (see the subclass)."""
