@@ -182,8 +182,8 @@ class ProcessInstance(InstanceWorker):
     def start(self) -> None:
         """Fork the worker and wait until it serves; raises PyTritonRuntimeError when its setup failed."""
         with self._lock:
-            if self._state in (ProcessState.STOPPING, ProcessState.STOPPED):
-                return
+            if self._state not in (ProcessState.NEW, ProcessState.EXITED):
+                return  # serving already (a report about an earlier worker), or stopping
             self._state = ProcessState.STARTING
             self._timed_out = self._connected = False
         self.slot.reset()
@@ -308,7 +308,8 @@ class ProcessInstance(InstanceWorker):
         running = self.slot.read()
         if connection is not None:
             if running.state is CallState.CALLING:  # the worker held a batch: fail it with what happened
-                message = f"tritonrt: {exit.describe()} while it ran this request; it is being started again"
+                after = "the service is stopping" if self._state is ProcessState.STOPPING else "it is started again"
+                message = f"tritonrt: {exit.describe()} while it ran this request; {after}"
                 try:
                     connection.sendall(batch_error(running.seq, message))
                 except OSError:
