@@ -222,6 +222,7 @@ class ThreadInstance(InstanceWorker):
         self._worker = make_worker(listener)
         self._on_stuck = on_stuck
         self._model_name = model_name
+        self._abandoned = False  # its call ran past the execution timeout: stopping does not wait for it
 
     def start(self) -> None:
         self._worker.start()
@@ -230,7 +231,8 @@ class ThreadInstance(InstanceWorker):
         self._worker.stop()
 
     def join(self, timeout: float) -> None:
-        self._worker.join(timeout)
+        if not self._abandoned:
+            self._worker.join(timeout)
 
     @property
     def connected(self) -> bool:
@@ -250,6 +252,7 @@ class ThreadInstance(InstanceWorker):
         )
         if connection is None or not connection.expire(running.seq, message):
             return
+        self._abandoned = True
         self._on_stuck(
             f"{message}; a worker thread cannot be stopped, so the service stops once the other requests in "
             "flight are answered (use worker processes, TRITONRT_WORKERS=process, to replace a stuck worker alone)"
