@@ -11,19 +11,23 @@ import sys
 import textwrap
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
 from tritonrt.decorators import batch
+from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
+from tritonrt.model_config.common import ModelWarmup, WarmupInput
 from tritonrt.triton import WorkerInfo, WorkerMode, WorkerOptions
 
 pytestmark = pytest.mark.integration
 
 WAIT_S = 60  # a guard against hanging, not a measurement
 SETUP_VALUE: list[float] = []  # filled by setup() inside each worker process, never in this one
+CALLS: list[bool] = []  # one entry per call of counted(): whether setup() had run before it
 
 
 def setup(info: WorkerInfo) -> None:
@@ -39,6 +43,18 @@ def whoami(x: np.ndarray) -> dict[str, np.ndarray]:
         "pid": np.full((rows, 1), os.getpid(), dtype=np.int64),
         "device": np.full((rows, 1), int(os.environ.get("CUDA_VISIBLE_DEVICES", "-1")), dtype=np.int64),
         "setup": np.full((rows, 1), SETUP_VALUE[-1] if SETUP_VALUE else -1.0, dtype=np.float32),
+    }
+
+
+@batch
+def counted(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Answers with how many calls this process saw before (warm-up included) and whether setup ran before each."""
+    CALLS.append(bool(SETUP_VALUE))
+    rows = x.shape[0]
+    return {
+        "pid": np.full((rows, 1), len(CALLS) - 1, dtype=np.int64),
+        "device": np.full((rows, 1), int(all(CALLS)), dtype=np.int64),
+        "setup": np.zeros((rows, 1), dtype=np.float32),
     }
 
 
@@ -63,6 +79,9 @@ def server(start_triton):
     )
     timeout = WorkerOptions(mode=WorkerMode.PROCESS, execution_timeout_s=2.0)
     server.triton.bind("stuck", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=timeout)
+    warmup = ModelWarmup(name="w", batch_size=1, inputs={"x": WarmupInput(np.float32, (1,), zero_data=True)}, count=2)
+    warm = ModelConfig(max_batch_size=4, model_warmup=[warmup])
+    server.triton.bind("warm", counted, INPUTS, OUTPUTS, config=warm, workers=WorkerOptions(WorkerMode.PROCESS, setup))
     return server
 
 
@@ -199,3 +218,24 @@ def test_no_worker_outlives_a_killed_service(free_triton_config, server_dir):
     while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(_gone(pid) for pid in workers)
+
+
+def test_the_warm_up_runs_inside_the_worker_after_its_setup(server):
+    answer = server.infer("http", "warm", sleep_for(0))
+    assert int(answer["pid"][0, 0]) == 2  # the worker's two warm-up calls came first
+    assert int(answer["device"][0, 0]) == 1  # setup had run before each of them
+    assert CALLS == []  # none in this process
+
+
+def test_a_fork_after_cuda_was_initialised_is_refused_and_the_server_serves_on(server, monkeypatch):
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)  # the one thing faked: CUDA's state
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    options = WorkerOptions(mode=WorkerMode.PROCESS)
+    with pytest.raises(PyTritonValidationError, match="CUDA was initialised.*setup"):
+        server.triton.bind("gpu", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options)
+    monkeypatch.setenv("TRITONRT_WORKERS", "process")  # the service-wide switch is checked too, at the start
+    with pytest.raises(PyTritonValidationError, match="CUDA was initialised"):
+        server.triton.bind("gpu", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4))
+    assert "gpu" not in server.triton._models  # not bound: it can be bound again once fixed
+    assert server.infer("http", "procs", sleep_for(0))["pid"][0, 0] in pids(server, "procs")

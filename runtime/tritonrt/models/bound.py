@@ -94,6 +94,8 @@ class BoundModel:
                 f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
                 "(one per model instance)."
             )
+        if workers is not None and workers.resolved_mode() is WorkerMode.PROCESS:
+            check_fork_allowed(model_name)  # at once, as well as at each start
         config = config or ModelConfig()
         model_config = build_model_config(
             model_name, model_version, inputs, outputs, config, instance_count=len(callables)

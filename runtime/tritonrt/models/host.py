@@ -127,7 +127,12 @@ class ModelHost(abc.ABC):
                 self.triton_context.model_configs[infer_callable] = model.config
             self._models[model_name] = model
             if self._state is HostState.SERVING:
-                self._deploy(model)
+                try:
+                    self._deploy(model)
+                except BaseException:  # not served: not bound (bind again once the cause is fixed)
+                    del self._models[model_name]
+                    model.stop()
+                    raise
 
     def get_access_token(self) -> str | None:
         """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
