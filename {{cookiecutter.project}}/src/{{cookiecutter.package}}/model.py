@@ -68,10 +68,11 @@ class Model:
     ``infer``{{ " and ``infer_stream``" if streaming }} take Triton's requests; ``predict`` does the
     computation on plain numpy arrays.
     """
-
-    def __init__(self) -> None:
-        # YOUR MODEL: load the weights here. This runs once per process; all model instances share it.
 {%- if pytorch %}
+
+    def __init__(self, device: str | None = None) -> None:
+        # YOUR MODEL: load the weights here. With worker threads this runs once and every instance shares it;
+        # with worker processes (the default) it runs in each worker, on that worker's GPU (``device``).
         self.device = "cpu"
         self.module = None
         if torch is None:
@@ -80,10 +81,14 @@ class Model:
                 'Install torch with: pip install -e ".[torch]"'
             )
         else:
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             self.module = SampleMean().to(self.device).eval()  # e.g. module.load_state_dict(torch.load(...))
             LOGGER.info("Model loaded on %s", self.device)
 {%- else %}
+
+    def __init__(self) -> None:
+        # YOUR MODEL: load the weights here. This runs once, before the worker processes (if any) are forked:
+        # every instance shares it (copy on write).
         self.scale = 1.0  # stands in for real weights, e.g. np.load("weights.npy")
 {%- endif %}
 
