@@ -8,6 +8,7 @@ import os
 import pathlib
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
@@ -47,7 +48,7 @@ class BoundModel:
     def __init__(
         self,
         config: TritonModelConfig,
-        callables: Sequence[Callable],
+        callables: Sequence[Callable[..., Any]],
         strict: bool,
         key: str,
         warmup: Sequence[ModelWarmup] | None = None,
@@ -73,7 +74,7 @@ class BoundModel:
     def from_bind(
         cls,
         model_name: str,
-        infer_func: Callable | Sequence[Callable],
+        infer_func: Callable[..., Any] | Sequence[Callable[..., Any]],
         inputs: Sequence[Tensor],
         outputs: Sequence[Tensor],
         model_version: int,

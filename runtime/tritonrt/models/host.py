@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tritonrt.context import TritonContext, bind_triton_context
 from tritonrt.exceptions import PyTritonInvalidOperationError
@@ -96,7 +96,7 @@ class ModelHost(abc.ABC):
     def bind(
         self,
         model_name: str,
-        infer_func: Callable | Sequence[Callable],
+        infer_func: Callable[..., Any] | Sequence[Callable[..., Any]],
         inputs: Sequence[Tensor],
         outputs: Sequence[Tensor],
         model_version: int = 1,
