@@ -139,7 +139,9 @@ class BoundModel:
         try:
             for index, (infer_callable, path) in enumerate(zip(self.callables, self.sockets, strict=True)):
                 identity = InstanceIdentity(self.name, index, self.token, self.config.decoupled, max_batch_size)
-                listener = TrackedListener(path, identity, settings, CallSlot())
+                # Worker processes are always tracked (the batch a dead one held is failed); threads only for a timeout.
+                track = self.mode is WorkerMode.PROCESS or self.timeout_s is not None
+                listener = TrackedListener(path, identity, settings, CallSlot(), track=track)
                 worker = self._instance(index, infer_callable, listener, hooks, warm_up)
                 self._workers.append(worker)
                 worker.start()

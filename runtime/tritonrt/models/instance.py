@@ -133,9 +133,11 @@ class TrackedConnection(WorkerConnection):
 
 
 class TrackedListener(WorkerListener):
-    """A :class:`WorkerListener` whose connections are :class:`TrackedConnection` s. ``on_accept(connection)``
-    is called for each. While ``keep_open`` is True, :meth:`close` only closes this process's descriptor: the
-    socket stays bound and listening for the owner (a worker process that ends must not close it for the next)."""
+    """A :class:`WorkerListener` whose connections are :class:`TrackedConnection` s (with ``track`` False, plain
+    ones: worker threads without an execution timeout pay nothing per batch). ``on_accept(connection)`` is
+    called for each; ``current`` is the latest. While ``keep_open`` is True, :meth:`close` only closes this
+    process's descriptor: the socket stays bound and listening for the owner (a worker process that ends must not
+    close it for the next)."""
 
     def __init__(
         self,
@@ -143,15 +145,20 @@ class TrackedListener(WorkerListener):
         identity: InstanceIdentity,
         settings: WorkerSettings,
         slot: CallSlot,
+        *,
+        track: bool = True,
     ):
         super().__init__(path, identity, settings)
         self.slot = slot
+        self.track = track
         self.keep_open = False
-        self.on_accept: Callable[[TrackedConnection], None] | None = None
-        self.current: TrackedConnection | None = None
+        self.on_accept: Callable[[WorkerConnection], None] | None = None
+        self.current: WorkerConnection | None = None
 
     def accept(self) -> WorkerConnection:
-        connection = TrackedConnection(super().accept(), self.slot)
+        connection = super().accept()
+        if self.track:
+            connection = TrackedConnection(connection, self.slot)
         self.slot.reset()
         self.current = connection
         if self.on_accept is not None:
@@ -246,11 +253,13 @@ class ThreadInstance(InstanceWorker):
 
     def expire(self, running: RunningCall, timeout_s: float) -> None:
         connection = self.listener.current
+        if not isinstance(connection, TrackedConnection):
+            return  # not tracked: the model has no execution timeout
         message = (
             f"tritonrt: model {self._model_name!r} instance {self.instance_index}: the inference callable ran "
             f"longer than the execution timeout ({timeout_s:g} s) and was abandoned"
         )
-        if connection is None or not connection.expire(running.seq, message):
+        if not connection.expire(running.seq, message):
             return
         self._abandoned = True
         self._on_stuck(

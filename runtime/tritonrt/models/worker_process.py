@@ -39,11 +39,11 @@ from tritonrt.models.instance import (
     CallState,
     InstanceWorker,
     RunningCall,
-    TrackedConnection,
     TrackedListener,
     batch_error,
 )
 from tritonrt.models.workers import WorkerInfo
+from tritonrt.proxy.connection import WorkerConnection
 from tritonrt.proxy.worker import CallableWorker
 
 __all__ = ["ChildSpec", "ProcessHooks", "ProcessInstance", "ProcessState", "WorkerExit", "describe_status"]
@@ -360,7 +360,7 @@ def _child_main(spec: ChildSpec, listener: TrackedListener, control: socket.sock
             on_peer_lost=lambda: _send(control, _Event.PEER_LOST),
         )
 
-        def connected(connection: TrackedConnection) -> None:
+        def connected(connection: WorkerConnection) -> None:
             _send(control, _Event.CONNECTED, fd=connection.link.sock.fileno())
 
         listener.on_accept = connected
