@@ -44,6 +44,7 @@ from tritonrt.models.instance import (
 )
 from tritonrt.models.workers import WorkerInfo
 from tritonrt.proxy.connection import WorkerConnection
+from tritonrt.proxy.wire import HEADER_SIZE, KIND_BATCH, WireError, decode_header
 from tritonrt.proxy.worker import CallableWorker
 
 __all__ = ["ChildSpec", "ProcessHooks", "ProcessInstance", "ProcessState", "WorkerExit", "describe_status"]
@@ -307,11 +308,12 @@ class ProcessInstance(InstanceWorker):
         connection, self._connection = self._connection, None
         running = self.slot.read()
         if connection is not None:
-            if running.state is CallState.CALLING:  # the worker held a batch: fail it with what happened
-                after = "the service is stopping" if self._state is ProcessState.STOPPING else "it is started again"
-                message = f"tritonrt: {exit.describe()} while it ran this request; {after}"
+            after = "the service is stopping" if self._state is ProcessState.STOPPING else "it is started again"
+            message = f"tritonrt: {exit.describe()} while it ran this request; {after}"
+            seq = running.seq if running.state is CallState.CALLING else _unread_batch(connection)
+            if seq is not None:  # a batch the worker held, or one sent to it after it died: fail it
                 try:
-                    connection.sendall(batch_error(running.seq, message))
+                    connection.sendall(batch_error(seq, message))
                 except OSError:
                     pass
             connection.close()
@@ -327,6 +329,23 @@ class ProcessInstance(InstanceWorker):
         if unasked and self._ready.result() is None:  # a start that failed is reported by start() itself
             LOGGER.error("%s; %s", exit.describe(), "failing the batch it held" if running.seq else "no batch held")
             self._hooks.on_exit(exit)
+
+
+def _unread_batch(connection: socket.socket) -> int | None:
+    """The sequence number of a batch that waits unread on a dead worker's connection (the backend sent it after
+    the worker died, before this process noticed), else None. A reply half written (REPLYING) is never answered
+    here: the backend fails that batch itself when the connection closes."""
+    try:
+        head = connection.recv(HEADER_SIZE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return None
+    if len(head) < HEADER_SIZE:
+        return None
+    try:
+        header = decode_header(head)
+    except WireError:
+        return None
+    return header.seq if header.kind == KIND_BATCH else None
 
 
 # -- the worker process ----------------------------------------------------------------------------------------
