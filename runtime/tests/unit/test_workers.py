@@ -12,7 +12,7 @@ import pytest
 
 from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.models.instance import CallSlot, CallState
-from tritonrt.models.worker_process import WorkerExit, describe_status
+from tritonrt.models.worker_process import WorkerExit
 from tritonrt.models.workers import (
     WorkerInfo,
     WorkerMode,
@@ -20,6 +20,7 @@ from tritonrt.models.workers import (
     check_fork_allowed,
     device_for,
 )
+from tritonrt.server.supervisor import describe_exit, describe_status
 
 
 def test_threads_are_the_default_and_the_environment_chooses_processes():
@@ -101,6 +102,8 @@ def test_the_call_slot_is_shared_with_a_forked_process():
 def test_a_worker_end_names_the_model_the_instance_and_the_signal():
     assert describe_status(-signal.SIGSEGV) == "was killed by SIGSEGV"
     assert describe_status(3) == "exited with code 3"
+    assert describe_status(-99) == "was killed by signal 99"
+    assert describe_exit(137) == "exit code 137 (SIGKILL)"
     exit = WorkerExit("m", 1, 1234, -signal.SIGKILL)
     assert exit.describe() == "model 'm' instance 1: its worker process (pid 1234) was killed by SIGKILL"
     assert "execution timeout" in WorkerExit("m", 0, 1, -9, timed_out=True).describe()

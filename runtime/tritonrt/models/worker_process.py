@@ -46,8 +46,9 @@ from tritonrt.models.workers import WorkerInfo
 from tritonrt.proxy.connection import WorkerConnection
 from tritonrt.proxy.wire import HEADER_SIZE, KIND_BATCH, WireError, decode_header
 from tritonrt.proxy.worker import CallableWorker
+from tritonrt.server.supervisor import describe_status
 
-__all__ = ["ChildSpec", "ProcessHooks", "ProcessInstance", "ProcessState", "WorkerExit", "describe_status"]
+__all__ = ["ChildSpec", "ProcessHooks", "ProcessInstance", "ProcessState", "WorkerExit"]
 
 LOGGER = logging.getLogger("tritonrt")
 
@@ -90,16 +91,6 @@ class WorkerExit:
         return f"model {self.model_name!r} instance {self.instance_index}: its worker process (pid {self.pid}) " + (
             "was killed past the execution timeout" if self.timed_out else describe_status(self.status)
         )
-
-
-def describe_status(status: int) -> str:
-    """``"was killed by SIGKILL"``, ``"exited with code 3"``."""
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with code {status}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -42,7 +42,17 @@ from collections.abc import Callable, Mapping
 
 from tritonrt.exceptions import PyTritonValidationError
 
-__all__ = ["Fault", "ModelLost", "RecoveryPolicy", "ServerExited", "Supervisor", "WorkerExited", "describe_exit"]
+__all__ = [
+    "Fault",
+    "ModelLost",
+    "RecoveryPolicy",
+    "ServerExited",
+    "Supervisor",
+    "WorkerExited",
+    "describe_exit",
+    "describe_status",
+    "signal_name",
+]
 
 LOGGER = logging.getLogger("tritonrt.server")
 
@@ -165,14 +175,23 @@ class _Budget:
         return len(self._tries)
 
 
+def signal_name(number: int) -> str:
+    """``"SIGKILL"`` for 9; ``"signal 99"`` for a number no signal has."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def describe_exit(code: int) -> str:
     """``"exit code 134 (SIGABRT)"``: a code above 128 names the signal that ended the process."""
-    if code > 128:
-        try:
-            return f"exit code {code} ({signal.Signals(code - 128).name})"
-        except ValueError:
-            pass
-    return f"exit code {code}"
+    return f"exit code {code} ({signal_name(code - 128)})" if code > 128 else f"exit code {code}"
+
+
+def describe_status(status: int) -> str:
+    """A child's end as ``os.waitstatus_to_exitcode`` gives it: ``"was killed by SIGKILL"`` (negative),
+    ``"exited with code 3"``."""
+    return f"was killed by {signal_name(-status)}" if status < 0 else f"exited with code {status}"
 
 
 class Supervisor:
