@@ -27,6 +27,7 @@ import queue
 import signal
 import socket
 import stat
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -383,6 +384,11 @@ def _child_main(spec: ChildSpec, listener: TrackedListener, control: socket.sock
         try:
             _send(control, _Event.FAILED, f"{type(error).__name__}: {error}")
         except OSError:
+            pass
+    for stream in (sys.stdout, sys.stderr):  # what the callable printed (os._exit flushes nothing)
+        try:
+            stream.flush()
+        except (OSError, ValueError):
             pass
     os._exit(code)
 
