@@ -23,7 +23,7 @@ from tritonrt.decorators import batch
 from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.model_config.common import ModelWarmup, WarmupInput
-from tritonrt.triton import WorkerInfo, WorkerMode, WorkerOptions
+from tritonrt.triton import RemoteTriton, WorkerInfo, WorkerMode, WorkerOptions
 
 pytestmark = pytest.mark.integration
 
@@ -296,3 +296,13 @@ def test_stopping_ends_every_worker_process(new_triton):
     assert all(not _gone(pid) for pid in workers)
     server.triton.stop()
     assert all(_gone(pid) for pid in workers)  # stop() waited for them
+
+
+def test_a_remote_triton_serves_from_worker_processes_too(server, tmp_path):
+    with RemoteTriton(f"http://{server.http_url}", tmp_path, server.token) as remote:
+        options = WorkerOptions(mode=WorkerMode.PROCESS, setup=setup)
+        remote.bind("remote_procs", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options)
+        answer = server.infer("grpc", "remote_procs", sleep_for(0))
+        worker = remote._models["remote_procs"].worker_pids()[0]
+        assert int(answer["pid"][0, 0]) == worker != os.getpid() and float(answer["setup"][0, 0]) == 100.0
+    assert _gone(worker)  # leaving the RemoteTriton stopped its worker
