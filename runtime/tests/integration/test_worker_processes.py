@@ -240,7 +240,7 @@ def test_a_fork_after_cuda_was_initialised_is_refused_and_the_server_serves_on(s
     options = WorkerOptions(mode=WorkerMode.PROCESS)
     with pytest.raises(PyTritonValidationError, match="CUDA was initialised.*setup"):
         server.triton.bind("gpu", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options)
-    monkeypatch.setenv("TRITONRT_WORKERS", "process")  # the service-wide switch is checked too, at the start
+    monkeypatch.setenv("TRITONRT_WORKERS", "process")  # the service-wide switch is checked too
     with pytest.raises(PyTritonValidationError, match="CUDA was initialised"):
         server.triton.bind("gpu", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4))
     assert "gpu" not in server.triton._models  # not bound: it can be bound again once fixed

@@ -95,7 +95,7 @@ class BoundModel:
                 f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
                 "(one per model instance)."
             )
-        if workers is not None and workers.resolved_mode() is WorkerMode.PROCESS:
+        if (workers or WorkerOptions()).resolved_mode() is WorkerMode.PROCESS:
             check_fork_allowed(model_name)  # at once, as well as at each start
         config = config or ModelConfig()
         model_config = build_model_config(
