@@ -306,3 +306,11 @@ def test_a_remote_triton_serves_from_worker_processes_too(server, tmp_path):
         worker = remote._models["remote_procs"].worker_pids()[0]
         assert int(answer["pid"][0, 0]) == worker != os.getpid() and float(answer["setup"][0, 0]) == 100.0
     assert _gone(worker)  # leaving the RemoteTriton stopped its worker
+
+
+def test_with_threads_the_setup_runs_here_once_per_instance_before_serving(server):
+    seen: list[WorkerInfo] = []
+    options = WorkerOptions(mode=WorkerMode.THREAD, setup=seen.append, devices=(3, 5))
+    server.triton.bind("threads", [whoami] * 2, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options)
+    assert seen == [WorkerInfo("threads", 0, 3, "cuda:3"), WorkerInfo("threads", 1, 5, "cuda:5")]
+    assert int(server.infer("http", "threads", sleep_for(0))["pid"][0, 0]) == os.getpid()
