@@ -169,6 +169,25 @@ def test_regional_inputs_are_views_of_the_backends_region_and_batch_without_a_co
     assert arrays[0][0, 0] == 42 and joined[0, 0] == 42
 
 
+def test_the_backends_region_is_mapped_read_only(pair):
+    """The worker cannot change the backend's memory: its mapping is PROT_READ, so the arrays built on it are not
+    writeable (inline inputs, views of this process's own receive buffer, stay writeable)."""
+    connection, backend = pair
+    region = backend.new_region(1 << 20)
+    region.map[0:4096] = np.arange(1024, dtype=np.float32).tobytes()
+    inputs = [tensor("X", wire.DTYPE_FP32, 1, 0, 4096, (1, 1024)), tensor("S", wire.DTYPE_FP32, 0, 0, 8, (2,))]
+    backend.send_batch([request(*inputs)], fp32([1, 2]), region=True, announce=True)
+    _, (received,) = connection.receive_batch()
+    x = received["X"]
+    assert not x.flags.writeable and not x.base.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        x[0, 0] = 5
+    with pytest.raises(TypeError, match="readonly"):
+        connection._peer.map[0:1] = b"\x01"
+    assert region.map[0:4] == np.float32(0).tobytes()  # unchanged
+    assert received["S"].flags.writeable
+
+
 def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
     connection, backend = pair
     region = backend.new_region(1 << 20)

@@ -12,9 +12,8 @@ import hmac
 import os
 import pathlib
 import socket
-import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -49,6 +48,7 @@ from tritonrt.proxy.wire import (
     Header,
     RequestMeta,
     WireError,
+    align,
 )
 from tritonrt.proxy.wire_decode import decode_batch, decode_body
 
@@ -66,7 +66,6 @@ VERSION_TEXT = "tritonrt-worker 0.1.0"
 _HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
-_NO_REGION = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +114,43 @@ class ErrorResponse(Exception):
     def __init__(self, message: str, code: int = wire.ERROR_INTERNAL):
         super().__init__(message)
         self.code = code
+
+
+@dataclasses.dataclass(slots=True)
+class _Outgoing:
+    """An output on its way out: the wire's tensor record (named as native/src/wire/records.rs names it), and
+    ``payload``, the bytes still to place (bytes or a little-endian array; None once placed, when sent by
+    reference, or when empty)."""
+
+    name: bytes  # UTF-8
+    dtype: int
+    location: int
+    offset: int
+    byte_length: int
+    shape: tuple[int, ...]
+    payload: bytes | np.ndarray | None
+
+
+# One response of a reply: its outputs, its error, or nothing (a stream's step without output for that request).
+_Record: TypeAlias = "list[_Outgoing] | BaseException | None"
+
+
+class _Answer(NamedTuple):
+    """A reply's responses sorted for sending: one record each, and the outputs with bytes to place, by name."""
+
+    records: list[_Record]
+    inline: dict[str, list[_Outgoing]]
+    regional: dict[str, list[_Outgoing]]
+
+
+class _MetaKey(NamedTuple):
+    """What a batch's decoded metadata depends on (see WorkerConnection._decoded)."""
+
+    meta: bytes
+    records: int  # the header's count
+    data_length: int
+    in_region: bool
+    in_peer_region: bool
 
 
 class WorkerListener:
@@ -203,7 +239,7 @@ class WorkerConnection:
         self._replies = 0  # REPLY messages sent for the current batch
         self._region_reply = 0  # the last of them that used this side's region
         self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
-        self._last_key: tuple | None = None  # the last batch's metadata and header fields (see _decoded)
+        self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
 
     # -- receiving ---------------------------------------------------------------------------------------------
@@ -282,7 +318,7 @@ class WorkerConnection:
         """The batch's request records. Under steady traffic consecutive batches often carry the very same
         metadata (same inputs, shapes and offsets): it is decoded and checked once, then reused while its bytes
         and what its checks depended on (the header's count, data length and regions named) stay the same."""
-        key = (
+        key = _MetaKey(
             bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
             header.count,
             header.data_length,
@@ -297,21 +333,40 @@ class WorkerConnection:
 
     # -- sending -----------------------------------------------------------------------------------------------
 
-    def reply(self, seq: int, responses: list, *, final: bool = True) -> None:
+    def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
         """Send one response per request of batch ``seq``, in order: a mapping of output name to array, an
         exception (the request fails with its message; ErrorResponse carries a code), or None (nothing this
-        time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: drop
-        every reference to the batch's requests and inputs first, so that this side can tell the backend
+        time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: the caller
+        holds no reference to the batch's requests and inputs any more, so that this side can tell the backend
         whether the callable kept views of its region."""
-        threshold = self.settings.inline_threshold
+        answer = self._sort(responses)  # (returns holding no view of the backend's region, but by reference)
+        parts, inline_end = _lay_out_inline(answer.inline)
+        region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
+        meta = _encode_records(answer.records)
+        flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
+        if final and self._retained():
+            flags |= FLAG_RETAINED
+        self._replies += 1
+        if region is not None and not final:
+            self._region_reply = self._replies
+        new_region = region if announce else None
         peer = self._peer
-        peer_base: Any = peer.base if peer is not None else _NO_REGION  # never any array's base
-        response: Any
-        value: Any
-        array: Any
-        records: list = []
-        inline: dict[str, list] = {}
-        regional: dict[str, list] = {}
+        header = Header(
+            KIND_REPLY, flags, len(answer.records), seq, new_region.size if new_region is not None else 0,
+            region.id if region is not None else 0, peer.id if peer is not None else 0,
+        )  # fmt: skip
+        parts[0] = head = wire.encode_message(header, meta, inline_end)
+        self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
+        if new_region is not None:
+            new_region.close_fd()
+
+    def _sort(self, responses: list[Any]) -> _Answer:
+        """Each response as a record, and the outputs that carry bytes by name and by where they go (consumes
+        ``responses``). Outputs are grouped by name so that each output's tensors lie back to back."""
+        threshold = self.settings.inline_threshold
+        records: list[_Record] = []
+        inline: dict[str, list[_Outgoing]] = {}
+        regional: dict[str, list[_Outgoing]] = {}
         for response in responses:
             if type(response) is not dict:  # (a dict is the common case: skip the checks below)
                 if response is None or isinstance(response, BaseException):
@@ -323,109 +378,66 @@ class WorkerConnection:
                     continue
             outputs = []
             for name, value in response.items():
-                array = value if type(value) is np.ndarray else np.asarray(value)
-                code = wire_dtype(array.dtype)
-                if code == wire.DTYPE_BYTES:
-                    shape = array.shape
-                    array = encode_bytes(array) if array.size else b""
-                    entry = [name.encode(), code, LOCATION_INLINE, 0, len(array), shape, array]
-                else:
-                    if array.dtype.byteorder == ">":
-                        array = array.astype(array.dtype.newbyteorder("<"))
-                    entry = [name.encode(), code, LOCATION_INLINE, 0, array.nbytes, array.shape, array]
-                    if (
-                        peer is not None
-                        and array.nbytes >= threshold
-                        and array.base is peer_base
-                        and array.flags.c_contiguous
-                    ):
-                        entry[2], entry[3], entry[6] = LOCATION_RECEIVER_REGION, data_address(array) - peer.start, None
-                        outputs.append(entry)
-                        continue
-                if entry[4] >= threshold:
-                    regional.setdefault(name, []).append(entry)
-                elif entry[4]:
-                    if type(array) is np.ndarray and (array.base is peer_base or not array.flags.c_contiguous):
-                        entry[6] = array.tobytes()  # keep no view of the backend's region, and send contiguous bytes
-                    inline.setdefault(name, []).append(entry)
-                outputs.append(entry)
+                tensor = self._outgoing(name, value)
+                if tensor.location == LOCATION_INLINE and tensor.byte_length:
+                    runs = regional if tensor.byte_length >= threshold else inline
+                    runs.setdefault(name, []).append(tensor)
+                outputs.append(tensor)
             records.append(outputs)
         responses.clear()
-        # Drop the loop's references to the callable's arrays and to the region's base array (see _retained).
-        response = value = array = peer_base = None  # noqa: F841
-        parts: list = [b""]
-        inline_end = 0
-        for run in inline.values():
-            padding = -inline_end % DATA_ALIGN
-            if padding:
-                parts.append(_PADDING[:padding])
-                inline_end += padding
-            for entry in run:
-                entry[3] = inline_end
-                parts.append(entry[6])
-                inline_end += entry[4]
-        region, announce = self._lay_out(regional) if regional else (None, False)
-        meta = bytearray()
-        for record in records:
-            if record is None:
-                meta += _NO_OUTPUTS
-            elif isinstance(record, BaseException):
-                message = str(record) if isinstance(record, ErrorResponse) else _describe(record)
-                encoded = message.encode()[: wire.MAX_TEXT_BYTES]
-                code = getattr(record, "code", wire.ERROR_INTERNAL)
-                meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
-                meta += encoded
-            else:
-                meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
-                for name, code, location, offset, nbytes, shape, _ in record:
-                    wire.pack_tensor(meta, name, code, location, offset, nbytes, shape)
-        count = len(records)
-        del records, inline, regional
-        flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
-        if final and self._retained():
-            flags |= FLAG_RETAINED
-        self._replies += 1
-        if region is not None and not final:
-            self._region_reply = self._replies
-        new_region = region if announce else None
-        header = Header(
-            KIND_REPLY, flags, count, seq, new_region.size if new_region is not None else 0,
-            region.id if region is not None else 0, peer.id if peer is not None else 0,
-        )  # fmt: skip
-        parts[0] = head = wire.encode_message(header, meta, inline_end)
-        self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
-        if new_region is not None:
-            new_region.close_fd()
+        return _Answer(records, inline, regional)
+
+    def _outgoing(self, name: str, value: Any) -> _Outgoing:
+        """One output as a tensor record: by reference when it is a large contiguous view of the backend's region;
+        else with its bytes to place (BYTES serialized, big-endian converted, small views of the region and small
+        strided arrays as contiguous bytes, so that no view of the region outlives the reply)."""
+        array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
+        code = wire_dtype(array.dtype)
+        if code == wire.DTYPE_BYTES:
+            data = encode_bytes(array) if array.size else b""
+            return _Outgoing(name.encode(), code, LOCATION_INLINE, 0, len(data), array.shape, data)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        nbytes, threshold, peer = array.nbytes, self.settings.inline_threshold, self._peer
+        in_peer_region = peer is not None and array.base is peer.base
+        if nbytes >= threshold:
+            if in_peer_region and array.flags.c_contiguous:
+                assert peer is not None
+                offset = data_address(array) - peer.start
+                return _Outgoing(name.encode(), code, LOCATION_RECEIVER_REGION, offset, nbytes, array.shape, None)
+            payload: bytes | np.ndarray | None = array
+        elif not nbytes:
+            payload = None
+        elif in_peer_region or not array.flags.c_contiguous:
+            payload = array.tobytes()
+        else:
+            payload = array
+        return _Outgoing(name.encode(), code, LOCATION_INLINE, 0, nbytes, array.shape, payload)
 
     def _retained(self) -> bool:
-        """True when arrays still view the backend's region used by this batch (every array built on it, and every
-        view derived from them, holds a reference to its base array; the mapping holds one, getrefcount another)."""
-        return self._used_peer_region and self._peer is not None and sys.getrefcount(self._peer.base) > 2
+        """True when arrays still view the backend's region used by this batch (see tritonrt.proxy.views)."""
+        return self._used_peer_region and self._peer is not None and self._peer.viewed()
 
-    def _lay_out(self, runs: dict[str, list]) -> tuple[OwnRegion, bool]:
-        """Copy the runs into this side's region (each run aligned), making a region when there is no room."""
+    def _lay_out(self, runs: dict[str, list[_Outgoing]]) -> tuple[OwnRegion, bool]:
+        """Copy the runs into this side's region (each run aligned), making a region when there is no room; the
+        region, and whether it is new to the backend."""
         need = 0
         for run in runs.values():
-            need = -(-need // DATA_ALIGN) * DATA_ALIGN + sum(entry[4] for entry in run)
+            need = align(need) + sum(tensor.byte_length for tensor in run)
         own = self._own
-        if own is not None and own.top and -(-own.top // DATA_ALIGN) * DATA_ALIGN + need > own.size:
+        if own is not None and own.top and align(own.top) + need > own.size:
             self.poll()  # an ACK may have freed the region
-        start = -(-own.top // DATA_ALIGN) * DATA_ALIGN if own is not None else 0
+        start = align(own.top) if own is not None else 0
         if own is None or start + need > own.size:
             own = self._own = OwnRegion(self._next_region_id, size_for(need, self.settings.region_limit))
             self._next_region_id += 1
             start = 0
         for run in runs.values():
-            start = -(-start // DATA_ALIGN) * DATA_ALIGN
-            for entry in run:
-                entry[2], entry[3] = LOCATION_SENDER_REGION, start
-                payload, nbytes = entry[6], entry[4]
-                if type(payload) is bytes:
-                    own.map[start : start + nbytes] = payload
-                else:
-                    np.copyto(np.ndarray(payload.shape, payload.dtype.newbyteorder("<"), own.base, start), payload)
-                entry[6] = None
-                start += nbytes
+            start = align(start)
+            for tensor in run:
+                _copy_into(own, start, tensor.payload)
+                tensor.location, tensor.offset, tensor.payload = LOCATION_SENDER_REGION, start, None
+                start += tensor.byte_length
         own.top = start
         announce = not own.announced
         own.announced = True
@@ -440,6 +452,50 @@ class WorkerConnection:
     def close(self) -> None:
         self.link.close()
         self._peer = self._own = None
+
+
+def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.ndarray], int]:
+    """The parts of a message after its head (``parts[0]``, filled in later): each run of inline tensors aligned,
+    each tensor's offset set; and the inline data's length."""
+    parts: list[bytes | np.ndarray] = [b""]
+    end = 0
+    for run in runs.values():
+        start = align(end)
+        if start > end:
+            parts.append(_PADDING[: start - end])
+            end = start
+        for tensor in run:
+            assert tensor.payload is not None  # (inline tensors carry bytes)
+            tensor.offset = end
+            parts.append(tensor.payload)
+            end += tensor.byte_length
+    return parts, end
+
+
+def _copy_into(region: OwnRegion, start: int, payload: bytes | np.ndarray | None) -> None:
+    if type(payload) is bytes:
+        region.map[start : start + len(payload)] = payload
+    elif isinstance(payload, np.ndarray):
+        np.copyto(np.ndarray(payload.shape, payload.dtype.newbyteorder("<"), region.base, start), payload)
+
+
+def _encode_records(records: list[_Record]) -> bytearray:
+    """A REPLY's metadata: one response record per request, after its outputs were placed."""
+    meta = bytearray()
+    for record in records:
+        if record is None:
+            meta += _NO_OUTPUTS
+        elif isinstance(record, BaseException):
+            message = str(record) if isinstance(record, ErrorResponse) else _describe(record)
+            encoded = message.encode()[: wire.MAX_TEXT_BYTES]
+            code = record.code if isinstance(record, ErrorResponse) else wire.ERROR_INTERNAL
+            meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
+            meta += encoded
+        else:
+            meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
+            for t in record:
+                wire.pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
+    return meta
 
 
 def _describe(error: BaseException) -> str:
