@@ -1,15 +1,18 @@
 """The worker's hot path alone, in-process: receive a batch, answer it, on a socketpair (no tritonserver).
 
-    python bench/worker_hotpath.py [--pairs 60] [--batches 300] [--against /path/to/other/runtime]
+    python bench/worker_hotpath.py [--pairs 60] [--batches 300] [--processes 6] [--against /path/to/runtime]
 
 A backend written here sends the same pre-encoded BATCH again and again; the worker's connection
 (``tritonrt.proxy.connection.WorkerConnection``) receives it, builds the numpy inputs, and replies with the
-identity's outputs; the backend reads each reply. Each version of tritonrt runs in a process of its own that
+identity's outputs; the backend reads each reply, all in one thread, whose CPU time is measured. Each version of
+tritonrt runs in a process of its own that
 keeps its connections and times one sample of ``--batches`` batches when asked. With ``--against DIR`` (a
 directory holding another ``tritonrt`` package, such as an export of main's ``runtime/``), the two processes are
-asked in turn, sample after sample (the order swapped every pair), so that each pair of samples meets the same
-load on a shared machine. Prints the microseconds per batch (median of the samples, with the quartiles) and the
-median of the per-pair ratios (this tree / the other, with quartiles).
+asked in turn, sample after sample (the order swapped every pair), both pinned to one core, so that each pair of
+samples meets the same load on a shared machine; the processes are replaced ``--processes`` times over the run
+(each process's memory layout differs a little, and with it its speed). Prints the microseconds per batch
+(median of the samples, with the quartiles) and the median of the per-pair ratios (this tree / the other, with
+quartiles).
 
 Cases: ``small`` (8 requests, one 64 B FP32 input each, inline both ways), ``large-ref`` (4 requests, 256 KiB
 each in the backend's region, the output is the input: sent back by reference), ``large-copy`` (4 requests,
@@ -106,14 +109,19 @@ class _Case:
             self.pending += data
 
     def sample(self, batches: int) -> float:
-        start = time.perf_counter()
+        """Microseconds of this thread's CPU time per batch (the round trip never waits: this thread sends each
+        batch itself), so time spent descheduled on a busy machine does not count."""
+        start = time.thread_time()
         for _ in range(batches):
             self._one()
-        return (time.perf_counter() - start) / batches * 1e6
+        return (time.thread_time() - start) / batches * 1e6
 
 
 def _serve_samples(batches: int) -> None:
     """The child: set the cases up, then answer each line naming a case with one sample's us per batch."""
+    cpu = os.environ.get("WORKER_HOTPATH_CPU")
+    if cpu is not None:
+        os.sched_setaffinity(0, {int(cpu)})
     cases = {case: _Case(case) for case in CASES}
     print("ready", flush=True)
     for line in sys.stdin:
@@ -121,8 +129,8 @@ def _serve_samples(batches: int) -> None:
 
 
 class _Child:
-    def __init__(self, runtime: pathlib.Path, batches: int) -> None:
-        environment = dict(os.environ, PYTHONPATH=str(runtime))
+    def __init__(self, runtime: pathlib.Path, batches: int, cpu: int) -> None:
+        environment = dict(os.environ, PYTHONPATH=str(runtime), WORKER_HOTPATH_CPU=str(cpu))
         command = [sys.executable, __file__, "--child", "--batches", str(batches)]
         self.process = subprocess.Popen(
             command, env=environment, cwd=runtime, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -156,32 +164,37 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=60, help="samples per case and version")
     parser.add_argument("--batches", type=int, default=300, help="batches per sample")
+    parser.add_argument("--processes", type=int, default=6, help="fresh pairs of processes over the run")
     parser.add_argument("--against", type=pathlib.Path, help="a directory holding another tritonrt package")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _serve_samples(args.batches)
         return 0
-    children = {"this": _Child(RUNTIME, args.batches)}
+    cpu = max(os.sched_getaffinity(0))  # both on one core: a pair of samples meets the same neighbours
+    versions = {"this": RUNTIME}
     if args.against is not None:
-        children["other"] = _Child(args.against.resolve(), args.batches)
-    samples: dict[tuple[str, str], list[float]] = {(n, c): [] for n in children for c in CASES}
+        versions["other"] = args.against.resolve()
+    samples: dict[tuple[str, str], list[float]] = {(n, c): [] for n in versions for c in CASES}
     print(f"load average before: {os.getloadavg()}", file=sys.stderr)
-    try:
-        for index in range(args.pairs):
-            for case in CASES:
-                order = list(children) if index % 2 == 0 else list(reversed(children))
-                for name in order:
-                    samples[name, case].append(children[name].sample(case))
-    finally:
-        for child in children.values():
-            child.close()
-    print(f"us per batch: median [quartiles] of {args.pairs} samples of {args.batches} batches")
+    for generation in range(args.processes):  # fresh processes now and then: each has its own memory layout
+        children = {name: _Child(runtime, args.batches, cpu) for name, runtime in versions.items()}
+        try:
+            for index in range(args.pairs // args.processes):
+                for case in CASES:
+                    order = list(children) if (index + generation) % 2 == 0 else list(reversed(children))
+                    for name in order:
+                        samples[name, case].append(children[name].sample(case))
+        finally:
+            for child in children.values():
+                child.close()
+    count = args.pairs // args.processes * args.processes
+    print(f"us per batch: median [quartiles] of {count} samples of {args.batches} batches, {args.processes} processes")
     for case in CASES:
         line = f"{case:11s}"
-        for name in children:
+        for name in versions:
             line += f"  {name}: {_summary(samples[name, case])}"
-        if "other" in children:
+        if "other" in versions:
             pairs = zip(samples["this", case], samples["other", case], strict=True)
             line += f"  this/other: {_summary([this / other for this, other in pairs])}"
         print(line)

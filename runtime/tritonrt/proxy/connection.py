@@ -13,6 +13,7 @@ import os
 import pathlib
 import socket
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -21,10 +22,11 @@ from tritonrt.memory import data_address
 from tritonrt.proxy import wire
 from tritonrt.proxy.link import Link, PeerGone
 from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
-from tritonrt.proxy.tensors import array_from, encode_bytes, wire_dtype
+from tritonrt.proxy.tensors import SENT_AS_IS, array_from, encode_bytes, wire_dtype
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import (
     DATA_ALIGN,
+    DTYPE_BYTES,
     FLAG_DECOUPLED,
     FLAG_FINAL,
     FLAG_NEW_REGION,
@@ -66,6 +68,7 @@ VERSION_TEXT = "tritonrt-worker 0.1.0"
 _HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
+_NO_REGION = object()  # never any array's base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +154,12 @@ class _MetaKey(NamedTuple):
     data_length: int
     in_region: bool
     in_peer_region: bool
+
+
+# NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
+_meta_key = partial(tuple.__new__, _MetaKey)
+_answer = partial(tuple.__new__, _Answer)
+_header = partial(tuple.__new__, Header)
 
 
 class WorkerListener:
@@ -318,12 +327,14 @@ class WorkerConnection:
         """The batch's request records. Under steady traffic consecutive batches often carry the very same
         metadata (same inputs, shapes and offsets): it is decoded and checked once, then reused while its bytes
         and what its checks depended on (the header's count, data length and regions named) stay the same."""
-        key = _MetaKey(
-            bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
-            header.count,
-            header.data_length,
-            header.region_id != 0,
-            header.peer_region_id != 0,
+        key = _meta_key(
+            (
+                bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
+                header.count,
+                header.data_length,
+                header.region_id != 0,
+                header.peer_region_id != 0,
+            )
         )
         if key == self._last_key:
             return self._last_decoded
@@ -351,10 +362,10 @@ class WorkerConnection:
             self._region_reply = self._replies
         new_region = region if announce else None
         peer = self._peer
-        header = Header(
+        header = _header((
             KIND_REPLY, flags, len(answer.records), seq, new_region.size if new_region is not None else 0,
-            region.id if region is not None else 0, peer.id if peer is not None else 0,
-        )  # fmt: skip
+            region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
+        ))  # fmt: skip
         parts[0] = head = wire.encode_message(header, meta, inline_end)
         self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
         if new_region is not None:
@@ -364,6 +375,10 @@ class WorkerConnection:
         """Each response as a record, and the outputs that carry bytes by name and by where they go (consumes
         ``responses``). Outputs are grouped by name so that each output's tensors lie back to back."""
         threshold = self.settings.inline_threshold
+        peer = self._peer
+        # (Locals, gone when this returns: the reply asks whether the callable kept views of the region after.)
+        peer_base: object = peer.base if peer is not None else _NO_REGION
+        peer_start = peer.start if peer is not None else 0
         records: list[_Record] = []
         inline: dict[str, list[_Outgoing]] = {}
         regional: dict[str, list[_Outgoing]] = {}
@@ -378,41 +393,28 @@ class WorkerConnection:
                     continue
             outputs = []
             for name, value in response.items():
-                tensor = self._outgoing(name, value)
-                if tensor.location == LOCATION_INLINE and tensor.byte_length:
-                    runs = regional if tensor.byte_length >= threshold else inline
-                    runs.setdefault(name, []).append(tensor)
+                array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
+                shape, code = array.shape, SENT_AS_IS.get(array.dtype)
+                if code is None:  # (rare: bytes objects, or a big-endian array)
+                    array, code = _as_sent(array)
+                size = array.nbytes
+                tensor = _Outgoing(name.encode(), code, LOCATION_INLINE, 0, size, shape, array)
+                if size >= threshold:
+                    if array.base is peer_base and array.flags.c_contiguous:  # an input, or part of one
+                        tensor.location, tensor.offset = LOCATION_RECEIVER_REGION, data_address(array) - peer_start
+                        tensor.payload = None
+                    else:
+                        regional.setdefault(name, []).append(tensor)
+                elif size:
+                    if array.base is peer_base or not array.flags.c_contiguous:
+                        tensor.payload = array.tobytes()  # no view of the region outlives the reply; contiguous
+                    inline.setdefault(name, []).append(tensor)
+                else:
+                    tensor.payload = None
                 outputs.append(tensor)
             records.append(outputs)
         responses.clear()
-        return _Answer(records, inline, regional)
-
-    def _outgoing(self, name: str, value: Any) -> _Outgoing:
-        """One output as a tensor record: by reference when it is a large contiguous view of the backend's region;
-        else with its bytes to place (BYTES serialized, big-endian converted, small views of the region and small
-        strided arrays as contiguous bytes, so that no view of the region outlives the reply)."""
-        array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
-        code = wire_dtype(array.dtype)
-        if code == wire.DTYPE_BYTES:
-            data = encode_bytes(array) if array.size else b""
-            return _Outgoing(name.encode(), code, LOCATION_INLINE, 0, len(data), array.shape, data)
-        if array.dtype.byteorder == ">":
-            array = array.astype(array.dtype.newbyteorder("<"))
-        nbytes, threshold, peer = array.nbytes, self.settings.inline_threshold, self._peer
-        in_peer_region = peer is not None and array.base is peer.base
-        if nbytes >= threshold:
-            if in_peer_region and array.flags.c_contiguous:
-                assert peer is not None
-                offset = data_address(array) - peer.start
-                return _Outgoing(name.encode(), code, LOCATION_RECEIVER_REGION, offset, nbytes, array.shape, None)
-            payload: bytes | np.ndarray | None = array
-        elif not nbytes:
-            payload = None
-        elif in_peer_region or not array.flags.c_contiguous:
-            payload = array.tobytes()
-        else:
-            payload = array
-        return _Outgoing(name.encode(), code, LOCATION_INLINE, 0, nbytes, array.shape, payload)
+        return _answer((records, inline, regional))
 
     def _retained(self) -> bool:
         """True when arrays still view the backend's region used by this batch (see tritonrt.proxy.views)."""
@@ -454,10 +456,19 @@ class WorkerConnection:
         self._peer = self._own = None
 
 
-def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.ndarray], int]:
+def _as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:
+    """An array that does not travel as it is, and its wire code: a BYTES array's serialization (as uint8), or a
+    big-endian array as little-endian; ValueError naming the dtype when it has no Triton type."""
+    code = wire_dtype(array.dtype)
+    if code == DTYPE_BYTES:
+        return (np.frombuffer(encode_bytes(array), np.uint8) if array.size else np.empty(0, np.uint8)), code
+    return array.astype(array.dtype.newbyteorder("<")), code
+
+
+def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.ndarray | None], int]:
     """The parts of a message after its head (``parts[0]``, filled in later): each run of inline tensors aligned,
     each tensor's offset set; and the inline data's length."""
-    parts: list[bytes | np.ndarray] = [b""]
+    parts: list[bytes | np.ndarray | None] = [b""]  # (inline tensors always carry their bytes)
     end = 0
     for run in runs.values():
         start = align(end)
@@ -465,7 +476,6 @@ def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.n
             parts.append(_PADDING[: start - end])
             end = start
         for tensor in run:
-            assert tensor.payload is not None  # (inline tensors carry bytes)
             tensor.offset = end
             parts.append(tensor.payload)
             end += tensor.byte_length
@@ -482,6 +492,7 @@ def _copy_into(region: OwnRegion, start: int, payload: bytes | np.ndarray | None
 def _encode_records(records: list[_Record]) -> bytearray:
     """A REPLY's metadata: one response record per request, after its outputs were placed."""
     meta = bytearray()
+    pack_tensor = wire.pack_tensor
     for record in records:
         if record is None:
             meta += _NO_OUTPUTS
@@ -494,7 +505,7 @@ def _encode_records(records: list[_Record]) -> bytearray:
         else:
             meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
             for t in record:
-                wire.pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
+                pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
     return meta
 
 

@@ -7,19 +7,22 @@ tensors use Triton's serialization: each element as a 4-byte little-endian lengt
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
 from tritonrt.proxy.wire import DTYPE_BF16, DTYPE_BYTES, WireError
 
-__all__ = ["array_from", "decode_bytes", "encode_bytes", "wire_dtype"]
+__all__ = ["SENT_AS_IS", "array_from", "decode_bytes", "encode_bytes", "wire_dtype"]
 
 _CODES: dict[np.dtype, int] = {
     np.dtype(code): index + 1
     for index, code in enumerate(["?", "u1", "<u2", "<u4", "<u8", "i1", "<i2", "<i4", "<i8", "<f2", "<f4", "<f8"])
 }
 _DTYPES: dict[int, np.dtype] = {code: dtype for dtype, code in _CODES.items()}
+# The numpy dtypes whose arrays travel as they are (numeric, little-endian), and their wire codes.
+SENT_AS_IS: Mapping[np.dtype, int] = MappingProxyType(_CODES)
 _OBJECT = np.dtype(object)
 _LENGTH = struct.Struct("<I")
 
