@@ -202,12 +202,13 @@ def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
         "flags": np.array([True, False]),
         "half": np.array([1, 2], np.float16),
         "text": np.array([b"ab", "é", b""], dtype=object),
+        "long_text": np.array([[b"x" * 2000]], dtype=object),  # serialized over the threshold: the region
         "empty": np.zeros((1, 0), np.int64),
         "strided": np.arange(12, dtype=np.int32).reshape(3, 4).T,
         "big_endian": np.array([1, 258], dtype=">i4"),
         "scalar": np.array(7, np.int8),
     }
-    expected = {name: np.array(array, order="C") for name, array in outputs.items() if name != "text"}  # copies
+    expected = {name: np.array(array, order="C") for name, array in outputs.items() if "text" not in name}  # copies
     responses = [outputs]
     received = x = outputs = None  # the callable keeps nothing: the reply is not "retained"
     connection.reply(seq, responses)
@@ -229,6 +230,9 @@ def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
         assert shape == array.shape and raw == array.astype(array.dtype.newbyteorder("<")).tobytes(), name
     assert found["computed"][3] == wire.LOCATION_SENDER_REGION
     assert found["text"][0] == wire.DTYPE_BYTES and found["text"][2] == b"\x02\0\0\0ab\x02\0\0\0\xc3\xa9\0\0\0\0"
+    dtype, shape, raw, location = found["long_text"]
+    assert (dtype, shape, location) == (wire.DTYPE_BYTES, (1, 1), wire.LOCATION_SENDER_REGION)
+    assert raw == struct.pack("<I", 2000) + b"x" * 2000
 
 
 def test_views_kept_by_the_callable_are_reported_retained(pair):

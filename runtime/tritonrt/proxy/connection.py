@@ -122,8 +122,9 @@ class ErrorResponse(Exception):
 @dataclasses.dataclass(slots=True)
 class _Outgoing:
     """An output on its way out: the wire's tensor record (named as native/src/wire/records.rs names it), and
-    ``payload``, the bytes still to place (bytes or a little-endian array; None once placed, when sent by
-    reference, or when empty)."""
+    ``payload``, the data still to place: the little-endian array, or its bytes (a small output that views the
+    backend's region or is not contiguous); None once copied into this side's region, when sent by reference,
+    or when empty."""
 
     name: bytes  # UTF-8
     dtype: int
@@ -350,7 +351,7 @@ class WorkerConnection:
         time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: the caller
         holds no reference to the batch's requests and inputs any more, so that this side can tell the backend
         whether the callable kept views of its region."""
-        answer = self._sort(responses)  # (returns holding no view of the backend's region, but by reference)
+        answer = self._sort(responses)  # (what it held of the callable's arrays is gone with its locals)
         parts, inline_end = _lay_out_inline(answer.inline)
         region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
         meta = _encode_records(answer.records)
@@ -437,7 +438,9 @@ class WorkerConnection:
         for run in runs.values():
             start = align(start)
             for tensor in run:
-                _copy_into(own, start, tensor.payload)
+                array = tensor.payload  # (an array: large outputs are never turned into bytes)
+                assert isinstance(array, np.ndarray)
+                np.copyto(np.ndarray(array.shape, array.dtype, own.base, start), array)
                 tensor.location, tensor.offset, tensor.payload = LOCATION_SENDER_REGION, start, None
                 start += tensor.byte_length
         own.top = start
@@ -480,13 +483,6 @@ def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.n
             parts.append(tensor.payload)
             end += tensor.byte_length
     return parts, end
-
-
-def _copy_into(region: OwnRegion, start: int, payload: bytes | np.ndarray | None) -> None:
-    if type(payload) is bytes:
-        region.map[start : start + len(payload)] = payload
-    elif isinstance(payload, np.ndarray):
-        np.copyto(np.ndarray(payload.shape, payload.dtype.newbyteorder("<"), region.base, start), payload)
 
 
 def _encode_records(records: list[_Record]) -> bytearray:
