@@ -182,6 +182,11 @@ impl Mapping {
         self.len == 0
     }
 
+    /// Whether `count` bytes at `offset` lie inside the mapping (a length read from the peer may be anything).
+    pub fn holds(&self, offset: u64, count: u64) -> bool {
+        usize::try_from(count).is_ok_and(|count| self.range(offset, count).is_some())
+    }
+
     fn range(&self, offset: u64, count: usize) -> Option<usize> {
         let start = usize::try_from(offset).ok()?;
         (start.checked_add(count)? <= self.len).then_some(start)

@@ -157,7 +157,12 @@ fn add_outputs<B: Batch>(
                 } else {
                     incoming.own.map(|own| own.mapping())
                 };
-                Source::Region(mapping.ok_or_else(|| bad("its region is not mapped".into()))?)
+                let mapping = mapping.ok_or_else(|| bad("its region is not mapped".into()))?;
+                // Checked before Triton is asked for a buffer of the worker-declared length.
+                if !mapping.holds(output.offset, output.byte_length) {
+                    return Err(bad(outside(output)));
+                }
+                Source::Region(mapping)
             }
             other => return Err(bad(format!("unknown location {other}"))),
         };
@@ -167,7 +172,7 @@ fn add_outputs<B: Batch>(
                 Source::Bytes(bytes) => dst.copy_from_slice(bytes),
                 Source::Region(mapping) => {
                     if !mapping.copy_out(output.offset, dst) {
-                        return Err(format!("bytes {}+{} lie outside the region", output.offset, output.byte_length));
+                        return Err(outside(output));
                     }
                 }
             }
@@ -180,6 +185,10 @@ fn add_outputs<B: Batch>(
         batch.add_output(request.index, output.name, output.dtype, &output.shape, output.byte_length, &mut fill)?;
     }
     Ok(())
+}
+
+fn outside(output: &Tensor<'_>) -> String {
+    format!("bytes {}+{} lie outside the region", output.offset, output.byte_length)
 }
 
 #[derive(Clone, Copy)]

@@ -72,13 +72,20 @@ pub enum Event {
 pub struct FakeBatch {
     pub requests: Vec<FakeRequest>,
     pub events: Vec<Vec<Event>>,
+    /// The byte length of every output buffer the executor asked for, in order.
+    pub buffers_asked: Vec<u64>,
     pending: Vec<Vec<Output>>,
 }
 
 impl FakeBatch {
     pub fn new(requests: Vec<FakeRequest>) -> FakeBatch {
         let count = requests.len();
-        FakeBatch { requests, events: vec![Vec::new(); count], pending: vec![Vec::new(); count] }
+        FakeBatch {
+            requests,
+            events: vec![Vec::new(); count],
+            buffers_asked: Vec::new(),
+            pending: vec![Vec::new(); count],
+        }
     }
 
     /// The single final event of request `index` (panics otherwise).
@@ -160,6 +167,7 @@ impl Batch for FakeBatch {
         byte_length: u64,
         fill: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
     ) -> Result<(), Failure> {
+        self.buffers_asked.push(byte_length);
         let mut data = vec![0u8; byte_length as usize];
         fill(&mut data).map_err(|e| Failure::new(1, e))?;
         self.pending[index].push(Output { name: name.into(), dtype, shape: shape.to_vec(), data });
