@@ -322,10 +322,15 @@ impl triton_tritonrt::batch::Batch for CancelAfterSend {
         &self,
         index: usize,
         sequence: bool,
-    ) -> Result<triton_tritonrt::batch::RequestView<'_>, triton_tritonrt::batch::Failure> {
+    ) -> Result<triton_tritonrt::batch::RequestView<'_>, triton_tritonrt::error::Error> {
         self.inner.read(index, sequence)
     }
-    fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), String> {
+    fn copy_from_device(
+        &self,
+        address: usize,
+        device: i64,
+        dst: &mut [u8],
+    ) -> Result<(), triton_tritonrt::error::Error> {
         self.inner.copy_from_device(address, device, dst)
     }
     fn is_cancelled(&self, index: usize) -> bool {
@@ -340,14 +345,14 @@ impl triton_tritonrt::batch::Batch for CancelAfterSend {
         dtype: DataType,
         shape: &[i64],
         byte_length: u64,
-        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
-    ) -> Result<(), triton_tritonrt::batch::Failure> {
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), triton_tritonrt::error::Error>,
+    ) -> Result<(), triton_tritonrt::error::Error> {
         self.inner.add_output(index, name, dtype, shape, byte_length, fill)
     }
     fn send(&mut self, index: usize, final_: bool) {
         self.inner.send(index, final_)
     }
-    fn fail(&mut self, index: usize, failure: &triton_tritonrt::batch::Failure) {
+    fn fail(&mut self, index: usize, failure: &triton_tritonrt::error::Error) {
         self.inner.fail(index, failure)
     }
     fn finish(&mut self, index: usize) {
