@@ -3,12 +3,24 @@
 //! `triton::api` are the only places with `unsafe` code.
 //!
 //! Constants are Linux's (identical on x86_64 and aarch64); the structure layouts are glibc's on 64-bit
-//! Linux, the only platform this backend is built for.
+//! Linux, the only platform this backend is built for (a compile error elsewhere). `tests/abi.rs` checks every
+//! declaration, layout and constant here against glibc's headers with gcc.
 
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+
+#[cfg(not(all(
+    target_os = "linux",
+    target_env = "gnu",
+    target_pointer_width = "64",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+compile_error!(
+    "tritonrt's backend declares glibc's structures and constants as they are on 64-bit Linux (x86_64 or \
+     aarch64, glibc): build it for x86_64-unknown-linux-gnu or aarch64-unknown-linux-gnu, where tritonserver runs"
+);
 
 const MFD_CLOEXEC: c_uint = 1;
 const MFD_ALLOW_SEALING: c_uint = 2;
