@@ -123,7 +123,7 @@ fn check(result: c_int) -> io::Result<c_int> {
 pub fn new_sealed_memfd(size: u64) -> io::Result<OwnedFd> {
     let length = i64::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new descriptor or -1.
-    let raw = check(unsafe { memfd_create(b"tritonrt\0".as_ptr().cast(), MFD_CLOEXEC | MFD_ALLOW_SEALING) })?;
+    let raw = check(unsafe { memfd_create(c"tritonrt".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING) })?;
     // SAFETY: `raw` is a descriptor we just opened and nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: plain calls on a descriptor we own.

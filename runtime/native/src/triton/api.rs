@@ -99,7 +99,7 @@ macro_rules! api_table {
                         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) $(-> $ret)?>(address) }
                     }, )*
                     cuda_memcpy: {
-                        let address = sys::global_symbol(c_str(b"cudaMemcpy\0"));
+                        let address = sys::global_symbol(c"cudaMemcpy");
                         // SAFETY: cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind).
                         (!address.is_null()).then(|| unsafe {
                             std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int>(address)
@@ -154,10 +154,6 @@ api_table! {
     factory_delete: "TRITONBACKEND_ResponseFactoryDelete" => fn(*mut ResponseFactory) -> *mut TritonError;
     factory_send_flags: "TRITONBACKEND_ResponseFactorySendFlags" => fn(*mut ResponseFactory, u32) -> *mut TritonError;
     factory_is_cancelled: "TRITONBACKEND_ResponseFactoryIsCancelled" => fn(*mut ResponseFactory, *mut bool) -> *mut TritonError;
-}
-
-fn c_str(bytes: &'static [u8]) -> &'static CStr {
-    CStr::from_bytes_with_nul(bytes).expect("NUL-terminated literal")
 }
 
 static API: OnceLock<Api> = OnceLock::new();

@@ -41,7 +41,7 @@ pub(crate) fn log(level: u32, message: &str) {
     }
     let message = CString::new(message.replace('\0', " ")).expect("NULs removed");
     // SAFETY: both strings are NUL-terminated and live for the call; the returned error (if any) is ours.
-    let error = unsafe { (api.log_message)(level, b"tritonrt\0".as_ptr().cast(), 0, message.as_ptr()) };
+    let error = unsafe { (api.log_message)(level, c"tritonrt".as_ptr(), 0, message.as_ptr()) };
     let _ = check(error);
 }
 
