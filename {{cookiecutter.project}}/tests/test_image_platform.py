@@ -76,10 +76,14 @@ def test_without_the_image_or_docker_ngc_tritonserver_is_assumed_and_said(
 def test_the_command_prints_the_platform_or_pips_arguments(tmp_path: Path) -> None:
     fake_docker(tmp_path, "3.10 2.31 aarch64")
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-    command = [sys.executable, "-m", "tools.image_platform"]
-    run = {"cwd": PROJECT_DIR, "env": env, "capture_output": True, "text": True, "timeout": 60}
-    plain = subprocess.run([*command, "base:1"], **run)  # type: ignore[call-overload]
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tools.image_platform", *arguments]
+        return subprocess.run(command, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
+
+    plain = run("base:1")
     assert plain.returncode == 0 and plain.stdout == "3.10 2.31 aarch64\n", plain.stderr
-    pip = subprocess.run([*command, "--pip-arguments", "base:1"], **run)  # type: ignore[call-overload]
+    pip = run("--pip-arguments", "base:1")
     assert pip.returncode == 0, pip.stderr
     assert pip.stdout.split() == Platform("3.10", 31, "aarch64").pip_arguments()
+    assert "Wheels for base:1: Python 3.10, glibc 2.31, aarch64" in pip.stderr

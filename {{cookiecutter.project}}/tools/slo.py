@@ -21,12 +21,14 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
 __all__ = [
     "ALERTS",
     "BASE_DIR",
+    "HPA_OBJECTIVE",
     "SloAlert",
     "SloError",
     "main",
@@ -37,6 +39,13 @@ __all__ = [
 BASE_DIR = Path(__file__).resolve().parent.parent / "deploy" / "k8s" / "base"
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 _HPA_TARGET = ("spec", "metrics", 0, "pods", "target", "averageValue")
+
+
+class _Edit(NamedTuple):
+    """A value of a manifest to write: its node (where its text lies) and the new value."""
+
+    node: yaml.Node
+    value: str
 
 
 class SloError(Exception):
@@ -98,17 +107,17 @@ def render(base: Path = BASE_DIR) -> dict[Path, str]:
     rule = base / "prometheusrule.yaml"
     hpa_node = _node(_compose(hpa), _HPA_TARGET, hpa)
     rule_root = _compose(rule)
-    job = _scalar(_node(rule_root, ("metadata", "name"), rule))
+    job = _scalar(_node(rule_root, ("metadata", "name"), rule))  # the PodMonitor's job: the service's name
     edits = {
         rule: [
-            (
+            _Edit(
                 _alert_expression(rule_root, alert.alert, rule),
                 alert.expression(job, objectives[alert.objective]),
             )
             for alert in ALERTS
-        ]
+        ],
+        hpa: [_Edit(hpa_node, objectives[HPA_OBJECTIVE])],
     }
-    edits[hpa] = [(hpa_node, objectives[HPA_OBJECTIVE])]
     return {path: _replace(path.read_text(), changes) for path, changes in edits.items()}
 
 
@@ -164,9 +173,9 @@ def _yaml_scalar(value: str, quoted: bool) -> str:
     return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
 
 
-def _replace(text: str, changes: list[tuple[yaml.Node, str]]) -> str:
-    """``text`` with each node's value text replaced by its new value, last first (offsets stay valid)."""
-    for node, value in sorted(changes, key=lambda change: change[0].start_mark.index, reverse=True):
+def _replace(text: str, edits: list[_Edit]) -> str:
+    """``text`` with each edit's value written over its node's text, last first (offsets stay valid)."""
+    for node, value in sorted(edits, key=lambda edit: edit.node.start_mark.index, reverse=True):
         if not isinstance(node, yaml.ScalarNode) or node.style in ("|", ">"):
             raise SloError(
                 f"expected a one-line value at line {node.start_mark.line + 1}: write it on one line"
