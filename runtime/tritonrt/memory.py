@@ -29,4 +29,5 @@ def data_address(array: np.ndarray) -> int:
     try:
         return ctypes.addressof(_view_of(array))
     except (TypeError, ValueError, BufferError):
-        return array.__array_interface__["data"][0]
+        address: int = array.__array_interface__["data"][0]
+        return address
