@@ -95,8 +95,10 @@ def array_from(
         reason = "numpy has no bfloat16" if dtype == DTYPE_BF16 else f"unknown data type {dtype}"
         raise WireError(f"a tensor of wire data type {dtype} cannot be given to Python ({reason})")
     if not byte_length:
-        return np.empty(shape, numpy_dtype)
+        empty: np.ndarray = np.empty(shape, numpy_dtype)
+        return empty
     array: np.ndarray = np.ndarray(shape, numpy_dtype, source, offset)
     if offset % numpy_dtype.alignment:
-        return array.copy()  # libraries such as torch can crash on unaligned data
+        aligned: np.ndarray = array.copy()  # libraries such as torch can crash on unaligned data
+        return aligned
     return array
