@@ -26,7 +26,8 @@ from tritonrt.proxy.connection import (
     WorkerConnection,
     WorkerListener,
 )
-from tritonrt.proxy.isolation import answer_each, describe
+from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
+from tritonrt.proxy.isolation import answer_each
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import WireError
@@ -154,7 +155,7 @@ class CallableWorker(threading.Thread):
         except (PeerGone, WireError, OSError):
             raise
         except Exception as error:
-            LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
+            CALLABLE_ERRORS.record(self._config.model_name, error)
             message, unrecoverable = describe(error), False
         # Outside the handler: the exception and its traceback (which may hold the inputs) are gone.
         requests, result, responses = [], None, None
