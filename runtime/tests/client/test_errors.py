@@ -57,3 +57,16 @@ def test_other_errors_come_from_the_callable_or_server():
 def test_timeout_message_names_the_setting():
     error = timeout_error(URL, "Inference", 0.25, "inference_timeout_s")
     assert "within 0.25 s" in error.message and "inference_timeout_s" in error.message
+
+
+def test_a_server_wide_call_names_no_model():
+    error = server_error("Internal", "StatusCode.INTERNAL", url=URL, action="Liveness check", model="")
+    assert error.message.startswith("Liveness check failed on the server at grpc://server:8001: Internal.")
+    assert "model ''" not in error.message
+
+
+def test_a_stopping_server_says_so():
+    error = server_error("Server is stopping", "StatusCode.UNAVAILABLE", url=URL, action="Liveness check", model="")
+    assert type(error) is PyTritonClientInferenceServerError
+    assert "grpc://server:8001 is stopping" in error.message and "liveness check was refused" in error.message
+    assert "server log" not in error.message

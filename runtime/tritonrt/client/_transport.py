@@ -386,9 +386,16 @@ def server_error(message: str, status: str | None, *, url: TritonUrl, action: st
         )
     if "UNAVAILABLE" in status and any(marker in lowered for marker in _UNREACHABLE_MARKERS):
         return unreachable_error(url, message)
+    if "server is stopping" in lowered:
+        return PyTritonClientInferenceServerError(
+            f"The Triton server at {url.with_scheme} is stopping: it finishes the requests it has and takes no "
+            f"new ones, so {action.lower()} was refused ({message}). Send it to another replica, or again once the "
+            "service has restarted."
+        )
+    subject = f"{action} of model {model!r}" if model else action
     return PyTritonClientInferenceServerError(
-        f"{action} of model {model!r} failed on the server at {url.with_scheme}: {message}. The error comes "
-        "from the inference callable or from Triton; see the server log for details."
+        f"{subject} failed on the server at {url.with_scheme}: {message}. The error comes from the inference "
+        "callable or from Triton; see the server log for details."
     )
 
 

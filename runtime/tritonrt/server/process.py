@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 from tritonrt.server.guard import guard_spec
+from tritonrt.server.output import ServerOutput
 
 __all__ = ["TritonServerProcess", "check_port_free"]
 
@@ -24,7 +25,6 @@ SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
 _LOG_TAIL = 80
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-_LEVELS = {"E": logging.ERROR, "W": logging.WARNING}
 
 
 def check_port_free(port: int, address: str, what: str, setting: str) -> None:
@@ -111,11 +111,11 @@ class TritonServerProcess:
             return
         self._started.set()
         assert self._process.stdout is not None  # stdout=PIPE
+        output = ServerOutput(verbose=self._verbose)
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._tail.append(line)
-            level = _LEVELS.get(line[:1], logging.INFO if self._verbose else logging.DEBUG)
-            SERVER_LOGGER.log(level, "%s", line)
+            SERVER_LOGGER.log(output.level(line), "%s", line)
         code = self._process.wait()
         LOGGER.debug("tritonserver exited with %s", code)
         with self._exit_lock:
