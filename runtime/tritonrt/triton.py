@@ -248,21 +248,25 @@ class Triton(ModelHost):
         atexit.unregister(self.stop)
         self._stop_supervisor()
         stopped = was_running or self._server is not None
-        if stopped:
-            self._shutdown()
-        if self._own_workspace:
-            shutil.rmtree(self._workspace, ignore_errors=True)
-        with self._cv:
-            self._cv.notify_all()
+        try:  # a second Ctrl+C interrupts the drain (the server is then killed): clean up all the same
+            if stopped:
+                self._shutdown()
+        finally:
+            if self._own_workspace:
+                shutil.rmtree(self._workspace, ignore_errors=True)
+            with self._cv:
+                self._cv.notify_all()
         return stopped
 
     def _shutdown(self) -> None:
-        if self._server is not None:
-            exit_timeout = self._config.exit_timeout_secs
-            self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+        try:
+            if self._server is not None:
+                exit_timeout = self._config.exit_timeout_secs
+                self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+        finally:
             self._server = None
-        self._close_models()
-        self._api = None
+            self._close_models()
+            self._api = None
 
 
 class RemoteTriton(ModelHost):

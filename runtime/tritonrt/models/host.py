@@ -221,9 +221,15 @@ class ModelHost:
                 while self.is_alive():
                     self._cv.wait(timeout=period)
         except KeyboardInterrupt:
-            LOGGER.info("SIGINT received, exiting.")
+            LOGGER.info(
+                "SIGINT received, exiting. Press Ctrl+C again to stop at once, without waiting for in-flight requests."
+            )
         finally:
-            self.stop()
+            try:
+                self.stop()
+            except KeyboardInterrupt:  # the second Ctrl+C: stop() killed the server and cleaned up; exit non-zero
+                LOGGER.warning("SIGINT received again: stopped at once.")
+                raise
 
     def run(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -152,7 +152,11 @@ class TritonServerProcess:
         )
 
     def stop(self, timeout_s: float) -> int | None:
-        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL."""
+        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL.
+
+        An exception that interrupts the wait (a second Ctrl+C: KeyboardInterrupt) kills the server at once,
+        then propagates.
+        """
         if self._process is None:
             return None
         if self.is_alive():
@@ -160,11 +164,25 @@ class TritonServerProcess:
                 self._process.send_signal(signal.SIGINT)
             except ProcessLookupError:
                 pass
-            if not self._exited.wait(timeout_s):
+            try:
+                drained = self._exited.wait(timeout_s)
+            except BaseException:
+                LOGGER.warning("Stopping at once: killing tritonserver; requests still in flight get no answer")
+                self._kill()
+                raise
+            if not drained:
                 LOGGER.warning("tritonserver did not stop within %.0f s: killing it", timeout_s)
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._exited.wait(10)
+                self._kill()
         return self._process.returncode
+
+    def _kill(self) -> None:
+        """SIGKILL the server's process group (the guard and tritonserver); wait briefly for it to exit."""
+        assert self._process is not None  # called once started
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self._exited.wait(10)
 
 
 def _port_hint(log: str) -> str:
