@@ -258,6 +258,20 @@ class Triton(ModelHost):
                 self._cv.notify_all()
         return stopped
 
+    def kill(self) -> None:
+        """Stop at once: kill tritonserver without waiting for the requests in flight (they get no answer).
+
+        For a second stop signal while ``stop()`` drains (``serve()`` does this on a second Ctrl+C); may be called
+        from a signal handler or another thread. ``stop()`` still cleans up (the drain then ends at once).
+        """
+        server = self._server
+        if server is not None:
+            LOGGER.warning("Stopping at once: killing tritonserver; requests still in flight get no answer")
+            server.kill()
+
+    def _stop_at_once(self) -> None:
+        self.kill()
+
     def _shutdown(self) -> None:
         try:
             if self._server is not None:

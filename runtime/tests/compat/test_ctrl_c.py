@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import socket
+import subprocess
 
 import numpy as np
 import pytest
@@ -47,7 +48,10 @@ def test_a_second_ctrl_c_during_the_drain_stops_at_once_with_a_non_zero_exit(run
         program.interrupt(whole_group=True)
         program.wait_for("Press Ctrl+C again to stop at once")
         program.interrupt(whole_group=True)
-        code = program.wait(timeout_s=60)  # well before the request could finish
+        try:
+            code = program.wait(timeout_s=60)  # well before the request could finish
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"a second Ctrl+C did not stop the program:\n{program.output()}")
         with pytest.raises(PyTritonClientError):
             in_flight.result(timeout=60)
     client.close()

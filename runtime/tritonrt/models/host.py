@@ -21,6 +21,7 @@ from tritonrt.exceptions import PyTritonInvalidOperationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.models import repository, trace
 from tritonrt.models.bound import BoundModel
+from tritonrt.models.second_interrupt import second_ctrl_c
 from tritonrt.models.warmup import warm_up
 from tritonrt.server.api import ServerApi
 from tritonrt.server.config import TritonSecurityConfig
@@ -221,15 +222,20 @@ class ModelHost:
                 while self.is_alive():
                     self._cv.wait(timeout=period)
         except KeyboardInterrupt:
-            LOGGER.info(
-                "SIGINT received, exiting. Press Ctrl+C again to stop at once, without waiting for in-flight requests."
-            )
-        finally:
-            try:
+            with second_ctrl_c(self._stop_at_once) as pressed_again:
+                LOGGER.info(
+                    "SIGINT received, exiting. Press Ctrl+C again to stop at once, without waiting for in-flight "
+                    "requests."
+                )
                 self.stop()
-            except KeyboardInterrupt:  # the second Ctrl+C: stop() killed the server and cleaned up; exit non-zero
+            if pressed_again():  # the program exits non-zero unless it catches this
                 LOGGER.warning("SIGINT received again: stopped at once.")
-                raise
+                raise KeyboardInterrupt from None
+        finally:
+            self.stop()
+
+    def _stop_at_once(self) -> None:
+        """The second Ctrl+C during ``serve()``'s drain (from a signal handler): end the drain now."""
 
     def run(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

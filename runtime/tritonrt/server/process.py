@@ -166,18 +166,18 @@ class TritonServerProcess:
                 pass
             try:
                 drained = self._exited.wait(timeout_s)
-            except BaseException:
-                LOGGER.warning("Stopping at once: killing tritonserver; requests still in flight get no answer")
-                self._kill()
+            except BaseException:  # e.g. a KeyboardInterrupt: no server outlives the wait
+                self.kill()
                 raise
             if not drained:
                 LOGGER.warning("tritonserver did not stop within %.0f s: killing it", timeout_s)
-                self._kill()
+                self.kill()
         return self._process.returncode
 
-    def _kill(self) -> None:
+    def kill(self) -> None:
         """SIGKILL the server's process group (the guard and tritonserver); wait briefly for it to exit."""
-        assert self._process is not None  # called once started
+        if self._process is None:
+            return
         try:
             os.killpg(self._process.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -103,23 +103,23 @@ def serve(settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT (return 0 after draining; 128 + the signal's number if a second one cut the
     drain short) or until Triton fails for good (return 1)."""
     model = Model()
+    # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
+    # ready only once the model can serve (entering `with` would start an empty server first).
+    triton = Triton(
+        config=triton_config(settings),
+        security_config=security_config(settings),
+        recovery=recovery_policy(settings),
+        triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
+    )
     received: list[int] = []
 
     def on_signal(signum: int, _: object) -> None:
         received.append(signum)
-        if len(received) > 1:
-            raise KeyboardInterrupt  # the second one: tritonrt kills tritonserver instead of waiting for it
+        if len(received) == 2:  # the second one, during the drain: kill tritonserver, do not wait for it
+            triton.kill()
 
     handlers = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
-        # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
-        # ready only once the model can serve (entering `with` would start an empty server first).
-        triton = Triton(
-            config=triton_config(settings),
-            security_config=security_config(settings),
-            recovery=recovery_policy(settings),
-            triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
-        )
         with triton:
             bind(triton, model, settings)
             triton.run()
@@ -148,16 +148,14 @@ def serve(settings: Settings) -> int:
                 signal.Signals(received[0]).name,
                 settings.exit_timeout_s,
             )
+        if len(received) > 1:
+            LOGGER.warning(
+                "Received %s again: stopped at once; the requests still in flight got no answer",
+                signal.Signals(received[1]).name,
+            )
+            return 128 + received[1]
         LOGGER.info("Stopped")
         return 0
-    except KeyboardInterrupt:
-        if len(received) < 2:  # not ours: a KeyboardInterrupt raised elsewhere
-            raise
-        LOGGER.warning(
-            "Received %s again: stopped at once; the requests still in flight got no answer",
-            signal.Signals(received[-1]).name,
-        )
-        return 128 + received[-1]
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
