@@ -120,3 +120,39 @@ async def test_async_cancel_stops_the_run():
     shared.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+def test_a_joined_caller_runs_again_when_the_leader_was_interrupted():
+    shared: SharedWait[int] = SharedWait()
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def interrupted() -> int:
+        calls.append("leader")
+        started.set()
+        release.wait()
+        raise KeyboardInterrupt
+
+    def ready() -> int:
+        calls.append("joined")
+        return 3
+
+    outcomes: list[object] = []
+
+    def leader() -> None:
+        try:
+            shared.run(interrupted)
+        except KeyboardInterrupt as error:
+            outcomes.append(error)
+
+    first = threading.Thread(target=leader)
+    first.start()
+    started.wait()
+    second = threading.Thread(target=lambda: outcomes.append(shared.run(ready)))
+    second.start()
+    time.sleep(0.3)
+    release.set()
+    first.join()
+    second.join()
+    assert calls == ["leader", "joined"]
+    assert sorted(map(type, outcomes), key=str) == sorted([KeyboardInterrupt, int], key=str)

@@ -55,27 +55,33 @@ class SharedWait(Generic[_T]):
         self._attempt: _Attempt[_T] | None = None
 
     def run(self, function: Callable[[], _T]) -> _T:
-        """``function()``'s result, or its error; run by this caller, or by the caller whose run is under way."""
-        with self._lock:
-            attempt = self._attempt
-            leader = attempt is None
-            if attempt is None:
-                attempt = self._attempt = _Attempt()
-        if leader:
-            try:
-                attempt.result = function()
-                return attempt.result
-            except BaseException as error:
-                attempt.error = error
-                raise
-            finally:
-                with self._lock:
-                    self._attempt = None
-                attempt.done.set()
-        attempt.done.wait()
-        if attempt.error is not None:
-            raise _own_copy(attempt.error)
-        return attempt.result  # type: ignore[return-value]  # set when error is None
+        """``function()``'s result, or its error; run by this caller, or by the caller whose run is under way.
+
+        A run that ended by KeyboardInterrupt or SystemExit in its own thread is not shared: a caller that joined
+        it runs again.
+        """
+        while True:
+            with self._lock:
+                attempt = self._attempt
+                leader = attempt is None
+                if attempt is None:
+                    attempt = self._attempt = _Attempt()
+            if leader:
+                try:
+                    attempt.result = function()
+                    return attempt.result
+                except BaseException as error:
+                    attempt.error = error
+                    raise
+                finally:
+                    with self._lock:
+                        self._attempt = None
+                    attempt.done.set()
+            attempt.done.wait()
+            if attempt.error is None:
+                return attempt.result  # type: ignore[return-value]  # set when error is None
+            if isinstance(attempt.error, Exception):
+                raise _own_copy(attempt.error)
 
 
 class AsyncSharedWait(Generic[_T]):
