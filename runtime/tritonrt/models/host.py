@@ -216,8 +216,8 @@ class ModelHost:
         it checks that the server and the models' workers live."""
         period = next((p for p in (monitoring_period_s, monitoring_period_sec) if p is not None), MONITORING_PERIOD_S)
         self.run()
-        LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
-        try:
+        try:  # a Ctrl+C as early as this log line is the first Ctrl+C too
+            LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
             with self._cv:
                 while self.is_alive():
                     self._cv.wait(timeout=period)
