@@ -251,20 +251,38 @@ class Triton(ModelHost):
         atexit.unregister(self.stop)
         self._stop_supervisor()
         stopped = was_running or self._server is not None
-        if stopped:
-            self._shutdown()
-        if self._own_workspace:
-            shutil.rmtree(self._workspace, ignore_errors=True)
-        self._move(HostState.STOPPED)
+        try:  # a second Ctrl+C interrupts the drain (the server is then killed): clean up all the same
+            if stopped:
+                self._shutdown()
+        finally:
+            if self._own_workspace:
+                shutil.rmtree(self._workspace, ignore_errors=True)
+            self._move(HostState.STOPPED)
         return stopped
 
+    def kill(self) -> None:
+        """Stop at once: kill tritonserver without waiting for the requests in flight (they get no answer).
+
+        For a second stop signal while ``stop()`` drains (``serve()`` does this on a second Ctrl+C); may be called
+        from a signal handler or another thread. ``stop()`` still cleans up (the drain then ends at once).
+        """
+        server = self._server
+        if server is not None:
+            LOGGER.warning("Stopping at once: killing tritonserver; requests still in flight get no answer")
+            server.kill()
+
+    def _stop_at_once(self) -> None:
+        self.kill()
+
     def _shutdown(self) -> None:
-        if self._server is not None:
-            exit_timeout = self._config.exit_timeout_secs
-            self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+        try:
+            if self._server is not None:
+                exit_timeout = self._config.exit_timeout_secs
+                self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+        finally:
             self._server = None
-        self._close_models()
-        self._api = None
+            self._close_models()
+            self._api = None
 
 
 class RemoteTriton(ModelHost):

@@ -23,6 +23,7 @@ from tritonrt.exceptions import PyTritonInvalidOperationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.models import repository, trace
 from tritonrt.models.bound import BoundModel, ModelHooks
+from tritonrt.models.second_interrupt import second_ctrl_c
 from tritonrt.models.warmup import warm_up
 from tritonrt.models.worker_process import WorkerExit
 from tritonrt.models.workers import WorkerMode, WorkerOptions
@@ -290,15 +291,26 @@ class ModelHost(abc.ABC):
         it checks that the server and the models' workers live."""
         period = next((p for p in (monitoring_period_s, monitoring_period_sec) if p is not None), MONITORING_PERIOD_S)
         self.run()
-        LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
-        try:
+        try:  # a Ctrl+C as early as this log line is the first Ctrl+C too
+            LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
             with self._cv:
                 while self.is_alive():
                     self._cv.wait(timeout=period)
         except KeyboardInterrupt:
-            LOGGER.info("SIGINT received, exiting.")
+            with second_ctrl_c(self._stop_at_once) as pressed_again:
+                LOGGER.info(
+                    "SIGINT received, exiting. Press Ctrl+C again to stop at once, without waiting for in-flight "
+                    "requests."
+                )
+                self.stop()
+            if pressed_again():  # the program exits non-zero unless it catches this
+                LOGGER.warning("SIGINT received again: stopped at once.")
+                raise KeyboardInterrupt from None
         finally:
             self.stop()
+
+    def _stop_at_once(self) -> None:
+        """The second Ctrl+C during ``serve()``'s drain (from a signal handler): end the drain now."""
 
     @abc.abstractmethod
     def run(self) -> None:

@@ -26,7 +26,8 @@ from tritonrt.proxy.connection import (
     WorkerConnection,
     WorkerListener,
 )
-from tritonrt.proxy.isolation import answer_each, describe
+from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
+from tritonrt.proxy.isolation import answer_each
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import WireError
@@ -181,7 +182,7 @@ class CallableWorker(threading.Thread):
         """What the batch's requests are told when the callable raised; the error itself is not kept."""
         if isinstance(error, PyTritonUnrecoverableError):
             return _Failure(f"Unrecoverable error in model {self._config.model_name!r}: {error}", True)
-        LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
+        CALLABLE_ERRORS.record(self._config.model_name, error)
         return _Failure(describe(error), False)
 
     def _send(self, connection: WorkerConnection, seq: int, responses: list[Any], *, final: bool) -> None:

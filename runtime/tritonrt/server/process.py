@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 from tritonrt.server.guard import guard_spec
+from tritonrt.server.output import ServerOutput
 
 __all__ = ["TritonServerProcess", "check_port_free"]
 
@@ -23,8 +24,6 @@ LOGGER = logging.getLogger("tritonrt.server")
 SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
 _LOG_TAIL = 80
-
-_LEVELS = {"E": logging.ERROR, "W": logging.WARNING}
 
 
 def _start_guard(env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -115,11 +114,11 @@ class TritonServerProcess:
             return
         self._started.set()
         assert self._process.stdout is not None  # stdout=PIPE
+        output = ServerOutput(verbose=self._verbose)
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._tail.append(line)
-            level = _LEVELS.get(line[:1], logging.INFO if self._verbose else logging.DEBUG)
-            SERVER_LOGGER.log(level, "%s", line)
+            SERVER_LOGGER.log(output.level(line), "%s", line)
         code = self._process.wait()
         LOGGER.debug("tritonserver exited with %s", code)
         with self._exit_lock:
@@ -156,7 +155,11 @@ class TritonServerProcess:
         )
 
     def stop(self, timeout_s: float) -> int | None:
-        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL."""
+        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL.
+
+        An exception that interrupts the wait (a second Ctrl+C: KeyboardInterrupt) kills the server at once,
+        then propagates.
+        """
         if self._process is None:
             return None
         if self.is_alive():
@@ -164,11 +167,25 @@ class TritonServerProcess:
                 self._process.send_signal(signal.SIGINT)
             except ProcessLookupError:
                 pass
-            if not self._exited.wait(timeout_s):
+            try:
+                drained = self._exited.wait(timeout_s)
+            except BaseException:  # e.g. a KeyboardInterrupt: no server outlives the wait
+                self.kill()
+                raise
+            if not drained:
                 LOGGER.warning("tritonserver did not stop within %.0f s: killing it", timeout_s)
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._exited.wait(10)
+                self.kill()
         return self._process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group (the guard and tritonserver); wait briefly for it to exit."""
+        if self._process is None:
+            return
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self._exited.wait(10)
 
 
 def _port_hint(log: str) -> str:

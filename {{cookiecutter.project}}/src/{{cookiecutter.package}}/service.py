@@ -3,7 +3,8 @@
 """Serve the model with Triton Inference Server: ``python -m {{ cookiecutter.package }}``.
 
 Reads the settings from the environment (``settings.py``), loads the model once, binds it with tritonrt
-and serves until SIGTERM or SIGINT; then lets in-flight requests finish and exits 0. If tritonserver dies
+and serves until SIGTERM or SIGINT; then lets in-flight requests finish and exits 0 (a second signal meanwhile
+stops at once: exit status 128 + the signal's number). If tritonserver dies
 (killed, or crashed by a request) it is restarted, and a model whose instance died is reloaded, up to
 ``RESTARTS`` times in 10 minutes each (readiness is false meanwhile); past that, or if Triton fails to
 start, it exits 1, for Docker or Kubernetes to replace the container. Exits 2 if a setting is invalid.
@@ -204,19 +205,26 @@ def bind(triton: Triton, model: Model | None, settings: Settings) -> None:
 
 
 def serve(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT (return 0 after draining) or until Triton fails for good (return 1)."""
+    """Serve until SIGTERM/SIGINT (return 0 after draining; 128 + the signal's number if a second one cut the
+    drain short) or until Triton fails for good (return 1)."""
     model = None if loads_in_workers(settings) else Model()
+    # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
+    # ready only once the model can serve (entering `with` would start an empty server first).
+    triton = Triton(
+        config=triton_config(settings),
+        security_config=security_config(settings),
+        recovery=recovery_policy(settings),
+        triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
+    )
     received: list[int] = []
-    handlers = {sig: signal.signal(sig, lambda signum, _: received.append(signum)) for sig in _STOP_SIGNALS}
+
+    def on_signal(signum: int, _: object) -> None:
+        received.append(signum)
+        if len(received) == 2:  # the second one, during the drain: kill tritonserver, do not wait for it
+            triton.kill()
+
+    handlers = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
-        # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
-        # ready only once the model can serve (entering `with` would start an empty server first).
-        triton = Triton(
-            config=triton_config(settings),
-            security_config=security_config(settings),
-            recovery=recovery_policy(settings),
-            triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
-        )
         with triton:
             bind(triton, model, settings)
             triton.run()
@@ -240,10 +248,17 @@ def serve(settings: Settings) -> int:
                 )
                 return 1
             LOGGER.info(
-                "Received %s: finishing in-flight requests (up to %d s), then stopping",
+                "Received %s: finishing in-flight requests (up to %d s), then stopping; "
+                "send it again to stop at once",
                 signal.Signals(received[0]).name,
                 settings.exit_timeout_s,
             )
+        if len(received) > 1:
+            LOGGER.warning(
+                "Received %s again: stopped at once; the requests still in flight got no answer",
+                signal.Signals(received[1]).name,
+            )
+            return 128 + received[1]
         LOGGER.info("Stopped")
         return 0
     finally:
