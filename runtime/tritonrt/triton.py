@@ -349,6 +349,9 @@ class RemoteTriton(ModelHost):
 
     run = connect
 
+    def _stop_at_once(self) -> None:
+        """Nothing to kill: the server belongs to another process; stop() unloads this process's models."""
+
     def is_alive(self) -> bool:
         """True while the remote server is live and the bound models' workers run."""
         return self._state is HostState.SERVING and self._models_alive() and self._server_api().is_live()

@@ -309,6 +309,7 @@ class ModelHost(abc.ABC):
         finally:
             self.stop()
 
+    @abc.abstractmethod
     def _stop_at_once(self) -> None:
         """The second Ctrl+C during ``serve()``'s drain (from a signal handler): end the drain now."""
 
