@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -69,10 +70,13 @@ def recovery_policy(settings: Settings) -> RecoveryPolicy:
 
 
 def model_config(settings: Settings, *, decoupled: bool = False) -> ModelConfig:
-    """How Triton runs the model: batching from ``spec``, queue delay from ``settings``."""
+    """How Triton runs the model: batching from ``spec`` (and tuning.json), queue delay from ``settings``."""
     if not spec.BATCHING:
         return ModelConfig(batching=False, decoupled=decoupled)
-    batcher = DynamicBatcher(max_queue_delay_microseconds=settings.max_queue_delay_us)
+    batcher = DynamicBatcher(
+        max_queue_delay_microseconds=settings.max_queue_delay_us,
+        preferred_batch_size=spec.PREFERRED_BATCH_SIZES or None,
+    )
     return ModelConfig(max_batch_size=spec.MAX_BATCH_SIZE, batcher=batcher, decoupled=decoupled)
 
 
@@ -153,6 +157,8 @@ def main() -> int:
     except SettingsError as error:
         print(f"Invalid setting: {error}", file=sys.stderr)
         return 2
+    if spec.TUNING.workers:  # make tune's worker mode; TRITONRT_WORKERS wins when set
+        os.environ.setdefault("TRITONRT_WORKERS", spec.TUNING.workers)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return serve(settings)

@@ -8,6 +8,8 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
 - ``LOG_LEVEL`` (INFO): DEBUG, INFO, WARNING, ERROR or CRITICAL; DEBUG also turns on Triton's verbose log.
 - ``INSTANCES`` (1): model instances, i.e. batches served in parallel.
 - ``MAX_QUEUE_DELAY_US`` (100): how long a request may wait for others to form a batch.
+- ``TUNING_FILE`` (``tuning.json`` in the package): the tuned settings (``tuning.py``); its ``instances`` and
+  ``max_queue_delay_us`` replace the two defaults above (``make tune APPLY=1`` writes it).
 - ``ACCESS_TOKEN`` (random): the token that unlocks the restricted endpoints (model control, shared
   memory, statistics, trace, logging), sent as the ``triton-access-token`` header.
 - ``REQUIRE_TOKEN`` (false): true makes every endpoint but health (inference, metadata and model
@@ -34,6 +36,8 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+
+from {{ cookiecutter.package }}.tuning import TuningError, load
 
 PREFIX = "{{ cookiecutter.package | upper }}_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -66,13 +70,19 @@ class Settings:
         """Read the settings from ``environ`` (default: ``os.environ``); raise SettingsError if one is bad."""
         environ = os.environ if environ is None else environ
         reader = _Reader(environ)
+        try:
+            tuned = load(environ)
+        except TuningError as error:
+            raise SettingsError(str(error)) from None
         settings = cls(
             http_port=reader.integer("HTTP_PORT", cls.http_port, 1, 65535),
             grpc_port=reader.integer("GRPC_PORT", cls.grpc_port, 1, 65535),
             metrics_port=reader.integer("METRICS_PORT", cls.metrics_port, 1, 65535),
             log_level=reader.choice("LOG_LEVEL", cls.log_level, LOG_LEVELS),
-            instances=reader.integer("INSTANCES", cls.instances, 1, 64),
-            max_queue_delay_us=reader.integer("MAX_QUEUE_DELAY_US", cls.max_queue_delay_us, 0, 10_000_000),
+            instances=reader.integer("INSTANCES", tuned.instances or cls.instances, 1, 64),
+            max_queue_delay_us=reader.integer(
+                "MAX_QUEUE_DELAY_US", _first(tuned.max_queue_delay_us, cls.max_queue_delay_us), 0, 10_000_000
+            ),
             access_token=reader.token("ACCESS_TOKEN"),
             exit_timeout_s=reader.integer("EXIT_TIMEOUT_S", cls.exit_timeout_s, 0, 3600),
             require_token=reader.boolean("REQUIRE_TOKEN", cls.require_token),
@@ -93,6 +103,10 @@ class Settings:
             listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
             raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
         return settings
+
+
+def _first(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 @dataclasses.dataclass(frozen=True)

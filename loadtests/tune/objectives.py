@@ -1,0 +1,60 @@
+"""The autoscaler's queue-time target, derived from the winner's measured queue time at the load it sustains.
+
+The HorizontalPodAutoscaler adds pods when the mean queue time per request passes ``QUEUE_TARGET_MS``
+(slo.env), and TritonQueueTimeHigh fires above the same figure. A pod at the highest load that still met
+the SLO had requests waiting ``q`` ms on average; scaling out must start before a pod gets there, so the
+target is ``HEADROOM`` × ``q``. ``LOADTEST_P95_MS`` stays as it is: it is the objective the tuning met.
+
+Example::
+
+    derived = derive_queue_target(winner_measurement)
+    print("\\n".join(derived.reasoning))
+    derived.queue_target_ms  # 3.2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from loadtests.tune.measure import Measurement
+
+__all__ = ["HEADROOM", "MIN_TARGET_MS", "DerivedObjectives", "derive_queue_target"]
+
+HEADROOM = 0.8
+MIN_TARGET_MS = 0.1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DerivedObjectives:
+    """The new ``QUEUE_TARGET_MS`` (None: nothing measured to derive it from) and why."""
+
+    queue_target_ms: float | None
+    reasoning: tuple[str, ...]
+
+
+def derive_queue_target(winner: Measurement) -> DerivedObjectives:
+    """``HEADROOM`` × the winner's mean queue time at its sustained step, at least ``MIN_TARGET_MS``."""
+    sustained = winner.sustained
+    if sustained is None:
+        return DerivedObjectives(None, ("no load step met the SLO: QUEUE_TARGET_MS is left as it is.",))
+    load = (
+        f"At {sustained.rps:.1f} req/s ({sustained.users} users), the most that {winner.candidate.label} "
+        f"served within the SLO, p95 was {sustained.p95_ms:g} ms (objective {winner.slo.p95_ms:g} ms)"
+    )
+    if sustained.queue_ms is None:
+        return DerivedObjectives(
+            None, (load + ".", "Triton's queue metrics could not be read: QUEUE_TARGET_MS is left as it is.")
+        )
+    target = max(round(HEADROOM * sustained.queue_ms, 1), MIN_TARGET_MS)
+    reasoning = [
+        f"{load} and requests waited {sustained.queue_ms:.2f} ms in Triton's queue on average.",
+        f"Pods should be added before one reaches that load: QUEUE_TARGET_MS = {HEADROOM:g} x "
+        f"{sustained.queue_ms:.2f} ms = {target:g} ms (the autoscaler's target; TritonQueueTimeHigh fires above it).",
+    ]
+    if sustained.queue_ms < 1.0:
+        reasoning.append(
+            "The queue stays under 1 ms even at that load: queue time rises late, so the autoscaler reacts "
+            "late; consider more replicas at the start (hpa.yaml minReplicas)."
+        )
+    reasoning.append(f"LOADTEST_P95_MS stays {winner.slo.p95_ms:g} ms: it is the objective the tuning met.")
+    return DerivedObjectives(target, tuple(reasoning))
