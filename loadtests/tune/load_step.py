@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loadtests.errors import LoadTestSetupError
 from loadtests.gates import Figures
+from loadtests.tune.interrupts import deferred_interrupt
 
 __all__ = ["STEP_GRACE_S", "StepOptions", "run_load_step"]
 
@@ -64,19 +65,28 @@ def run_load_step(options: StepOptions, url: str, users: int, reports: Path) -> 
     reports.mkdir(parents=True, exist_ok=True)
     log_path = reports / "step.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command, env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        process: subprocess.Popen[bytes] | None = None
         try:
+            with deferred_interrupt():
+                process = subprocess.Popen(
+                    command,
+                    env=environ,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             returncode = process.wait(options.duration_s + STEP_GRACE_S)
         except subprocess.TimeoutExpired:
+            assert process is not None
             _end(process)
             raise LoadTestSetupError(
                 f"a load step of {options.duration_s:g} s ran past {options.duration_s + STEP_GRACE_S:.0f} s; "
                 f"see {log_path}"
             ) from None
         except BaseException:
-            _end(process)
+            if process is not None:
+                _end(process)
             raise
     summary = reports / "loadtest_summary.json"
     if returncode not in (0, 1) or not summary.is_file():

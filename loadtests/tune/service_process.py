@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from loadtests.errors import LoadTestSetupError
+from loadtests.tune.interrupts import deferred_interrupt
 from loadtests.tune.space import Candidate
 
 __all__ = ["QueueCounters", "Service", "ServiceFailed", "ServiceProcess", "free_ports", "parse_queue_counters"]
@@ -135,7 +136,7 @@ class ServiceProcess:
         return environ
 
     def start(self) -> None:
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "wb") as log, deferred_interrupt():
             self._process = subprocess.Popen(
                 [self.service.python, "-m", self.service.package],
                 cwd=self.service.cwd,
@@ -202,7 +203,11 @@ class ServiceProcess:
             process.wait()
 
     def __enter__(self) -> ServiceProcess:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def __exit__(
