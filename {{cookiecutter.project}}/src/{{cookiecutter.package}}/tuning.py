@@ -49,18 +49,21 @@ class Tuning:
 def load(environ: Mapping[str, str] | None = None) -> Tuning:
     """The tuning in the file ``FILE_VARIABLE`` names, else in ``tuning.json`` here.
 
-    An absent ``tuning.json`` gives ``Tuning()``; an absent named file, bad JSON or a bad value raises
-    TuningError.
+    An absent ``tuning.json`` or an empty file (e.g. ``/dev/null``: no tuning) gives ``Tuning()``; an absent
+    named file, bad JSON or a bad value raises TuningError.
     """
     environ = os.environ if environ is None else environ
     named = environ.get(FILE_VARIABLE, "").strip()
     path = Path(named) if named else DEFAULT_PATH
-    if not path.is_file():
+    if not path.exists():
         if named:
             raise TuningError(f"{FILE_VARIABLE}={named}: no such file; unset it or name a tuning file.")
         return Tuning()
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        return Tuning()
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(text)
     except json.JSONDecodeError as error:
         raise TuningError(f"{path}: not valid JSON ({error}); fix it or delete it.") from None
     if not isinstance(document, dict):
