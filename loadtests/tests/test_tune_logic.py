@@ -181,6 +181,9 @@ def test_the_queue_target_is_headroom_times_the_queue_time_at_the_sustained_load
     assert derived.queue_target_ms == round(HEADROOM * 30.0, 1)
     assert "380.0 req/s (8 users)" in derived.reasoning[0] and "30.00 ms" in derived.reasoning[0]
     assert any("LOADTEST_P95_MS stays 100" in line for line in derived.reasoning)
+    assert not any("cautious" in line for line in derived.reasoning)  # p95 60 ms: near the objective
+    saturated = Measurement(START, _steps((4, 200.0, 20.0), (8, 201.0, 30.0)), SLO)
+    assert any("cautious" in line for line in derive_queue_target(saturated).reasoning)
 
 
 def test_no_queue_target_without_a_passing_step_or_metrics() -> None:

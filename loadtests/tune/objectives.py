@@ -51,6 +51,11 @@ def derive_queue_target(winner: Measurement) -> DerivedObjectives:
         f"Pods should be added before one reaches that load: QUEUE_TARGET_MS = {HEADROOM:g} x "
         f"{sustained.queue_ms:.2f} ms = {target:g} ms (the autoscaler's target; TritonQueueTimeHigh fires above it).",
     ]
+    if sustained.p95_ms < winner.slo.p95_ms / 2:
+        reasoning.append(
+            "p95 was under half the objective at that load: the queue time at which the SLO would break lies "
+            "higher, so this target is cautious (pods are added early)."
+        )
     if sustained.queue_ms < 1.0:
         reasoning.append(
             "The queue stays under 1 ms even at that load: queue time rises late, so the autoscaler reacts "
