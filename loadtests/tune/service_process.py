@@ -41,7 +41,12 @@ _OVERRIDDEN = ("INSTANCES", "MAX_QUEUE_DELAY_US", "TUNING_FILE", "HTTP_PORT", "G
 
 
 class ServiceFailed(Exception):
-    """A candidate could not be served: it exited, or was not ready in time. The message holds its log's end."""
+    """A candidate could not be served: it exited (``exited``), or was not ready in time, or serves another
+    setting. The message holds the end of its log."""
+
+    def __init__(self, message: str, *, exited: bool = False) -> None:
+        super().__init__(message)
+        self.exited = exited
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,7 +158,9 @@ class ServiceProcess:
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
                 code = None if self._process is None else self._process.returncode
-                raise ServiceFailed(f"the service exited with status {code} before it was ready:\n{self.log_tail()}")
+                raise ServiceFailed(
+                    f"the service exited with status {code} before it was ready:\n{self.log_tail()}", exited=True
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=2) as response:
                     if response.status == 200:

@@ -111,24 +111,30 @@ class _Run:
         name = "current settings" if candidate is None else candidate.label
         _say(f"[{index}] {name}: starting the service ({self.left_s():.0f} s of the budget left)")
         try:
-            with ServiceProcess(self.options.service, candidate, self.workdir / "services", workers) as server:
-                server.wait_ready(min(self.options.ready_timeout_s, max(self.left_s(), 0.0) + 30.0))
-                served = candidate_from_config(server.model_config(), server.workers)
-                if candidate is not None and served != candidate:
-                    raise ServiceFailed(
-                        f"the service serves {served.label}, not {candidate.label}: it does not read "
-                        f"{self.options.service.env_prefix}TUNING_FILE (see the generated tuning.py)"
+            for attempt in (1, 2):
+                with ServiceProcess(self.options.service, candidate, self.workdir / "services", workers) as server:
+                    try:
+                        server.wait_ready(min(self.options.ready_timeout_s, max(self.left_s(), 0.0) + 30.0))
+                    except ServiceFailed as failure:
+                        if attempt == 1 and failure.exited:  # e.g. a port taken since it was picked
+                            _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
+                            continue
+                        raise
+                    measured = self._check_served(server, candidate)
+                    climb(
+                        lambda users: self._step(server, index, users),
+                        self.options.slo,
+                        steps,
+                        start_users=self.options.start_users,
+                        max_users=self.options.max_users,
                     )
-                measured = served
-                climb(
-                    lambda users: self._step(server, index, users),
-                    self.options.slo,
-                    steps,
-                    start_users=self.options.start_users,
-                    max_users=self.options.max_users,
-                )
-                complete = True
-        except ServiceFailed as failure:
+                    complete = True
+                    break
+        except (ServiceFailed, LoadTestSetupError) as failure:
+            if candidate is None and not steps:  # the current settings: nothing to tune from
+                raise LoadTestSetupError(
+                    f"the service with its current settings could not be served and loaded: {failure}"
+                ) from None
             error = str(failure)
             complete = True
             _say(f"[{index}] {name}: FAILED: {error}")
@@ -137,8 +143,6 @@ class _Run:
                 self.measurements.append(
                     Measurement(measured, tuple(steps), self.options.slo, error, complete, time.monotonic() - began)
                 )
-        if measured is None:
-            raise LoadTestSetupError(f"the service with its current settings could not be served: {error}")
         result = self.measurements[-1]
         sustained = result.sustained
         summary = (
@@ -149,6 +153,16 @@ class _Run:
         if error is None:
             _say(f"[{index}] {result.candidate.label}: {summary}, {result.seconds:.0f} s")
         return result
+
+    def _check_served(self, server: ServiceProcess, candidate: Candidate | None) -> Candidate:
+        """The setting the server serves; ServiceFailed when it is not ``candidate``."""
+        served = candidate_from_config(server.model_config(), server.workers)
+        if candidate is not None and served != candidate:
+            raise ServiceFailed(
+                f"the service serves {served.label}, not {candidate.label}: it does not read "
+                f"{self.options.service.env_prefix}TUNING_FILE (see the generated tuning.py)"
+            )
+        return served
 
     def _step(self, server: ServiceProcess, index: int, users: int) -> Step:
         if self.left_s() <= 0:
