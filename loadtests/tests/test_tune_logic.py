@@ -16,7 +16,7 @@ from loadtests.tune.report import TuneOutcome, render_table, write_reports
 from loadtests.tune.search import better, coordinate_search
 from loadtests.tune.service_process import QueueCounters, parse_queue_counters
 from loadtests.tune.space import Candidate, Space, ladder
-from loadtests.tune.tuner import candidate_from_config, choose_winner
+from loadtests.tune.tuner import candidate_from_config, choose_winner, tuned_text
 
 SLO = Slo(p95_ms=100.0)
 START = Candidate(max_batch_size=64, max_queue_delay_us=100, preferred=False, instances=1)
@@ -257,3 +257,16 @@ def test_the_report_marks_the_winner_and_writes_its_files(tmp_path: Path) -> Non
     document = json.loads(paths[2].read_text())
     assert document["winner"]["max_batch_size"] == 16
     assert [m["score_rps"] for m in document["measurements"]] == [50.0, 150.0, None]
+
+
+def test_the_new_tuning_file_keeps_other_keys_and_drops_a_stale_worker_mode() -> None:
+    current = {"instances": 4, "workers": "process", "note": "kept"}
+    winner = START.replace("max_batch_size", 16)
+    assert json.loads(tuned_text(current, winner, START) or "") == {
+        "instances": 1,
+        "note": "kept",
+        "max_batch_size": 16,
+        "max_queue_delay_us": 100,
+        "preferred_batch_sizes": [],
+    }
+    assert tuned_text(current, START, START) is None

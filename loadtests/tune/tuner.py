@@ -23,7 +23,15 @@ from loadtests.tune.search import better, coordinate_search
 from loadtests.tune.service_process import Service, ServiceFailed, ServiceProcess
 from loadtests.tune.space import Candidate, Space, ladder
 
-__all__ = ["BudgetSpent", "TuneOptions", "TuneResult", "candidate_from_config", "choose_winner", "run_tuning"]
+__all__ = [
+    "BudgetSpent",
+    "TuneOptions",
+    "TuneResult",
+    "candidate_from_config",
+    "choose_winner",
+    "run_tuning",
+    "tuned_text",
+]
 
 READY_TIMEOUT_S = 180.0
 
@@ -206,6 +214,14 @@ def run_tuning(options: TuneOptions) -> TuneResult:
     return _result(options, run, baseline, current, notes)
 
 
+def tuned_text(current: dict[str, Any], winner: Candidate, baseline: Candidate) -> str | None:
+    """The tuning file's new text: its other keys kept, the winner's settings over them; None when unchanged."""
+    if winner == baseline:
+        return None
+    kept = {key: value for key, value in current.items() if key != "workers"}  # absent: thread
+    return render_tuning(kept | winner.tuning())
+
+
 def _result(
     options: TuneOptions, run: _Run, baseline: Candidate | None, current: dict[str, Any], notes: list[str]
 ) -> TuneResult:
@@ -214,7 +230,7 @@ def _result(
         return TuneResult(outcome, None, None)
     winner = choose_winner(run.measurements, baseline)
     measurement = next(m for m in run.measurements if m.candidate == winner)
-    tuning_text = None if winner == baseline else render_tuning(current | winner.tuning())
+    tuning_text = tuned_text(current, winner, baseline)
     derived = derive_queue_target(measurement)
     slo_text = None
     if derived.queue_target_ms is not None and options.slo_env.is_file():
