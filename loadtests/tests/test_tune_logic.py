@@ -10,7 +10,7 @@ import pytest
 
 from loadtests.errors import LoadTestSetupError
 from loadtests.tune.measure import PLATEAU_GAIN, Measurement, Slo, Step, climb
-from loadtests.tune.objectives import HEADROOM, derive_queue_target
+from loadtests.tune.objectives import DELAY_FACTOR, HEADROOM, derive_queue_target
 from loadtests.tune.project_files import diff, read_env_file, read_tuning, with_env_value
 from loadtests.tune.report import TuneOutcome, render_table, write_reports
 from loadtests.tune.search import better, coordinate_search
@@ -191,8 +191,15 @@ def test_no_queue_target_without_a_passing_step_or_metrics() -> None:
     blind = Measurement(START, (Step(1, 50, 10.0, 5.0, 0.0, None),), SLO)
     derived = derive_queue_target(blind)
     assert derived.queue_target_ms is None and "could not be read" in derived.reasoning[-1]
-    tiny = Measurement(START, (Step(1, 50, 10.0, 5.0, 0.0, 0.01),), SLO)
+    tiny = Measurement(START.replace("max_queue_delay_us", 0), (Step(1, 50, 10.0, 5.0, 0.0, 0.01),), SLO)
     assert derive_queue_target(tiny).queue_target_ms == 0.1
+
+
+def test_the_queue_target_stays_above_the_batchers_own_wait() -> None:
+    waiting = Measurement(START.replace("max_queue_delay_us", 5000), _steps((8, 380.0, 12.0)), SLO)  # queue 6 ms
+    derived = derive_queue_target(waiting)
+    assert derived.queue_target_ms == DELAY_FACTOR * 5.0
+    assert any("batcher's own wait (5 ms)" in line for line in derived.reasoning)
 
 
 def test_queue_counters_come_from_the_models_metrics() -> None:
