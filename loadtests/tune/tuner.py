@@ -8,6 +8,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -96,7 +97,8 @@ class _Run:
         self.started = time.monotonic()
         self.deadline = self.started + options.budget_s
         self.measurements: list[Measurement] = []
-        self.workdir = options.reports / "tune"
+        self.workdir = options.reports / "tune"  # services' logs and load steps' reports, this run's only
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
