@@ -227,6 +227,8 @@ def tuned_text(current: dict[str, Any], winner: Candidate, baseline: Candidate) 
 def _result(
     options: TuneOptions, run: _Run, baseline: Candidate | None, current: dict[str, Any], notes: list[str]
 ) -> TuneResult:
+    if baseline is None and run.measurements:  # cut while the current settings were measured
+        baseline = run.measurements[0].candidate
     if baseline is None:
         outcome = TuneOutcome(tuple(run.measurements), options.slo, None, None, "", (), tuple(notes))
         return TuneResult(outcome, None, None)
