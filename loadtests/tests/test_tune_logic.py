@@ -200,6 +200,7 @@ def test_the_queue_target_stays_above_the_batchers_own_wait() -> None:
     derived = derive_queue_target(waiting)
     assert derived.queue_target_ms == DELAY_FACTOR * 5.0
     assert any("batcher's own wait (5 ms)" in line for line in derived.reasoning)
+    assert not any("cautious" in line for line in derived.reasoning)  # raised: it reacts late, not early
 
 
 def test_queue_counters_come_from_the_models_metrics() -> None:

@@ -56,19 +56,20 @@ def derive_queue_target(winner: Measurement) -> DerivedObjectives:
         f"{sustained.queue_ms:.2f} ms = {target:g} ms (the autoscaler's target; TritonQueueTimeHigh fires above it).",
     ]
     delay_ms = winner.candidate.max_queue_delay_us / 1000.0 if winner.candidate.batching else 0.0
-    if target < DELAY_FACTOR * delay_ms:
+    raised = target < DELAY_FACTOR * delay_ms
+    if raised:
         target = round(DELAY_FACTOR * delay_ms, 1)
         reasoning.append(
             f"The batcher's own wait ({delay_ms:g} ms) is queue time too: the target is raised to {DELAY_FACTOR:g} x "
             f"it, {target:g} ms, lest the autoscaler add pods at any load; it then reacts late: a shorter queue "
             "delay, or more replicas at the start (hpa.yaml minReplicas), make up for it."
         )
-    if sustained.p95_ms < winner.slo.p95_ms / 2:
+    if not raised and sustained.p95_ms < winner.slo.p95_ms / 2:
         reasoning.append(
             "p95 was under half the objective at that load: the queue time at which the SLO would break lies "
             "higher, so this target is cautious (pods are added early)."
         )
-    if sustained.queue_ms < 1.0:
+    if not raised and sustained.queue_ms < 1.0:
         reasoning.append(
             "The queue stays under 1 ms even at that load: queue time rises late, so the autoscaler reacts "
             "late; consider more replicas at the start (hpa.yaml minReplicas)."
