@@ -145,7 +145,7 @@ def test_make_help_lists_every_target(project: Path) -> None:
     result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
     listed = re.findall(r"make (\S+)", result.stdout)
     expected = ["help", "install", "serve", "test", "lint", "image", "run", "wheels", "runtime-wheel", "loadtest",
-                "loadtest-ui", "update"]  # fmt: skip
+                "loadtest-ui", "tune", "update"]  # fmt: skip
     expected += ["slo", "k8s", "checkov"]
     assert listed == expected
 

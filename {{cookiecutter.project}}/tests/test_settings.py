@@ -16,11 +16,12 @@ TOKEN = "s3cret-token_0123456789"
 
 
 def env(**variables: str) -> dict[str, str]:
-    return {PREFIX + name: value for name, value in variables.items()}
+    """The variables named, and no tuning file (tuning.json, if `make tune` wrote one, stays out)."""
+    return {PREFIX + "TUNING_FILE": os.devnull} | {PREFIX + name: value for name, value in variables.items()}
 
 
 def test_defaults_when_nothing_is_set() -> None:
-    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env(env()) == Settings()
     assert Settings() == Settings(
         8000, 8001, 8002, "INFO", {{ 0 if pytorch else 1 }}, 100, None, 30, False, "127.0.0.1", 3, "{{ "process" if pytorch else "thread" }}", 60
     )

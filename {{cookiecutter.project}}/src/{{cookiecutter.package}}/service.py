@@ -152,10 +152,13 @@ def infer_stream_in_worker(requests: list[Any]) -> Iterator[Any]:
 
 
 def model_config(settings: Settings, *, decoupled: bool = False) -> ModelConfig:
-    """How Triton runs the model: batching from ``spec``, queue delay from ``settings``."""
+    """How Triton runs the model: batching from ``spec`` (and tuning.json), queue delay from ``settings``."""
     if not spec.BATCHING:
         return ModelConfig(batching=False, decoupled=decoupled)
-    batcher = DynamicBatcher(max_queue_delay_microseconds=settings.max_queue_delay_us)
+    batcher = DynamicBatcher(
+        max_queue_delay_microseconds=settings.max_queue_delay_us,
+        preferred_batch_size=spec.PREFERRED_BATCH_SIZES or None,
+    )
     return ModelConfig(max_batch_size=spec.MAX_BATCH_SIZE, batcher=batcher, decoupled=decoupled)
 
 

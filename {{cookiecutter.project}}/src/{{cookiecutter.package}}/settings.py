@@ -16,6 +16,8 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
   stuck worker is killed and replaced, with threads the service stops (exit 1) for its orchestrator to replace
   it. 0 turns it off.
 - ``MAX_QUEUE_DELAY_US`` (100): how long a request may wait for others to form a batch.
+- ``TUNING_FILE`` (``tuning.json`` in the package): the tuned settings (``tuning.py``); its ``instances`` and
+  ``max_queue_delay_us`` and ``workers`` replace the defaults above (``make tune APPLY=1`` writes it).
 - ``ACCESS_TOKEN`` (random): the token that unlocks the restricted endpoints (model control, shared
   memory, statistics, trace, logging), sent as the ``triton-access-token`` header.
 - ``REQUIRE_TOKEN`` (false): true makes every endpoint but health (inference, metadata and model
@@ -42,6 +44,8 @@ import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
+
+from {{ cookiecutter.package }}.tuning import TuningError, load
 
 PREFIX = "{{ cookiecutter.package | upper }}_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -77,19 +81,25 @@ class Settings:
         """Read the settings from ``environ`` (default: ``os.environ``); raise SettingsError if one is bad."""
         environ = os.environ if environ is None else environ
         reader = _Reader(environ)
+        try:
+            tuned = load(environ)
+        except TuningError as error:
+            raise SettingsError(str(error)) from None
         settings = cls(
             http_port=reader.integer("HTTP_PORT", cls.http_port, 1, 65535),
             grpc_port=reader.integer("GRPC_PORT", cls.grpc_port, 1, 65535),
             metrics_port=reader.integer("METRICS_PORT", cls.metrics_port, 1, 65535),
             log_level=reader.choice("LOG_LEVEL", cls.log_level, LOG_LEVELS),
-            instances=reader.integer("INSTANCES", cls.instances, 0, 64),
-            max_queue_delay_us=reader.integer("MAX_QUEUE_DELAY_US", cls.max_queue_delay_us, 0, 10_000_000),
+            instances=reader.integer("INSTANCES", _first(tuned.instances, cls.instances), 0, 64),
+            max_queue_delay_us=reader.integer(
+                "MAX_QUEUE_DELAY_US", _first(tuned.max_queue_delay_us, cls.max_queue_delay_us), 0, 10_000_000
+            ),
             access_token=reader.token("ACCESS_TOKEN"),
             exit_timeout_s=reader.integer("EXIT_TIMEOUT_S", cls.exit_timeout_s, 0, 3600),
             require_token=reader.boolean("REQUIRE_TOKEN", cls.require_token),
             bind_address=reader.address("BIND_ADDRESS", cls.bind_address),
             restarts=reader.integer("RESTARTS", cls.restarts, 0, 100),
-            workers=reader.choice("WORKERS", cls.workers, WORKER_MODES, case=str.lower),
+            workers=reader.choice("WORKERS", tuned.workers or cls.workers, WORKER_MODES, case=str.lower),
             execution_timeout_s=reader.integer("EXECUTION_TIMEOUT_S", cls.execution_timeout_s, 0, 86400),
         )
         if settings.require_token and settings.access_token is None:
@@ -106,6 +116,10 @@ class Settings:
             listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
             raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
         return settings
+
+
+def _first(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 @dataclasses.dataclass(frozen=True)
