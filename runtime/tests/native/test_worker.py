@@ -152,6 +152,7 @@ def test_a_callable_that_writes_into_a_large_input_fails_that_request_and_the_wo
     h.send([[1.0] * 512], region=True, announce=True)
     _, (response,) = h.reply()
     assert response.status == wire.STATUS_ERROR and "read-only" in response.message
+    assert "copy one before changing it in place" in response.message  # the error says how to fix it
     h.send([[1.0] * 512], region=True, copy=True)
     _, (response,) = h.reply()
     assert response.status == wire.STATUS_OUTPUTS

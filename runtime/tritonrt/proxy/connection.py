@@ -20,6 +20,7 @@ import numpy as np
 
 from tritonrt.memory import data_address
 from tritonrt.proxy import wire
+from tritonrt.proxy.error_log import describe
 from tritonrt.proxy.link import Link, PeerGone
 from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
 from tritonrt.proxy.tensors import SENT_AS_IS, array_from, encode_bytes, wire_dtype
@@ -493,7 +494,7 @@ def _encode_records(records: list[_Record]) -> bytearray:
         if record is None:
             meta += _NO_OUTPUTS
         elif isinstance(record, BaseException):
-            message = str(record) if isinstance(record, ErrorResponse) else _describe(record)
+            message = str(record) if isinstance(record, ErrorResponse) else describe(record)
             encoded = message.encode()[: wire.MAX_TEXT_BYTES]
             code = record.code if isinstance(record, ErrorResponse) else wire.ERROR_INTERNAL
             meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
@@ -503,8 +504,3 @@ def _encode_records(records: list[_Record]) -> bytearray:
             for t in record:
                 pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
     return meta
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -47,9 +47,20 @@ class ErrorKey:
         return cls(model, describe(error), location)
 
 
+_READ_ONLY_HINT = (
+    " (inputs of 64 KiB or more are read-only views of Triton's memory: copy one before changing it in place, "
+    "e.g. x = x.copy())"
+)
+
+
 def describe(error: BaseException) -> str:
-    """``"ValueError: x must be positive"``: the error's type, and its text when it has one."""
+    """``"ValueError: x must be positive"``: the error's type, and its text when it has one.
+
+    numpy's error for a write into a read-only array gets a hint: large inputs are read-only views.
+    """
     text = str(error)
+    if isinstance(error, ValueError) and "read-only" in text:
+        text += _READ_ONLY_HINT
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
