@@ -27,7 +27,7 @@ from typing import Any
 import docker
 import pytest
 import requests
-from conftest import MODEL_NAMES, assert_outputs_equal, expected_outputs, outputs_of
+from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs, outputs_of
 from load import Load
 from manifests import PROJECT_DIR, container, environment, find, quantity, render
 from test_container import engine, image, report  # noqa: F401 (fixtures: the engine, the image built here)
@@ -177,10 +177,10 @@ def test_ready_within_the_startup_budget_then_ready_and_live(pod: Pod, ready: fl
 def test_inference_through_the_named_ports(pod: Pod, ready: float, port: str) -> None:
     url = pod.urls[port].replace("http://", "grpc://") if port == "grpc" else pod.urls[port]
     with Client(url) as client:
-        assert_outputs_equal(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
+        assert_outputs_close(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
         if spec.BATCHING:  # the largest batch fits in the memory the pod is given
             batch = client.predict_batch(**spec.example_inputs(spec.MAX_BATCH_SIZE))
-            assert_outputs_equal(outputs_of(batch), expected_outputs(spec.MAX_BATCH_SIZE))
+            assert_outputs_close(outputs_of(batch), expected_outputs(spec.MAX_BATCH_SIZE))
 
 
 def test_the_secrets_token_unlocks_the_restricted_endpoints(pod: Pod, ready: float) -> None:

@@ -28,7 +28,7 @@ from conftest import (
     PACKAGE,
     PROJECT_DIR,
     Service,
-    assert_outputs_equal,
+    assert_outputs_close,
     expected_outputs,
     model_ready,
     outputs_of,
@@ -53,7 +53,7 @@ def url(service: Service, protocol: str) -> str:
 def test_predict(service: Service, protocol: str) -> None:
     with Client(url(service, protocol)) as client:
         prediction = client.predict(**spec.example_inputs())
-    assert_outputs_equal(outputs_of(prediction), expected_outputs())
+    assert_outputs_close(outputs_of(prediction), expected_outputs())
 {%- if batching %}
 
 
@@ -61,7 +61,7 @@ def test_predict(service: Service, protocol: str) -> None:
 def test_predict_batch(service: Service, protocol: str) -> None:
     with Client(url(service, protocol)) as client:
         prediction = client.predict_batch(**spec.example_inputs(3))
-    assert_outputs_equal(outputs_of(prediction), expected_outputs(3))
+    assert_outputs_close(outputs_of(prediction), expected_outputs(3))
 {%- endif %}
 
 
@@ -72,9 +72,9 @@ async def test_async_client(service: Service, protocol: str) -> None:
 {%- if batching %}
         batch = await client.predict_batch(**spec.example_inputs(2))
 {%- endif %}
-    assert_outputs_equal(outputs_of(prediction), expected_outputs())
+    assert_outputs_close(outputs_of(prediction), expected_outputs())
 {%- if batching %}
-    assert_outputs_equal(outputs_of(batch), expected_outputs(2))
+    assert_outputs_close(outputs_of(batch), expected_outputs(2))
 {%- endif %}
 
 
@@ -154,7 +154,7 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
             service.process.send_signal(signal.SIGTERM)
             predictions = [future.result() for future in futures]
         for prediction in predictions:
-            assert_outputs_equal(outputs_of(prediction), expected_outputs())
+            assert_outputs_close(outputs_of(prediction), expected_outputs())
         assert service.stop() == 0, service.output()
     finally:
         service.stop()
@@ -193,7 +193,7 @@ def test_a_dead_tritonserver_is_restarted_and_serves_again(tmp_path: Path) -> No
             time.sleep(0.2)
         assert all(model_ready(service, name) for name in MODEL_NAMES)
         with Client(service.http_url) as client:
-            assert_outputs_equal(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
+            assert_outputs_close(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
         assert tritonserver_of(service).pid != dead.pid
         assert "SIGKILL" in service.output()
         assert service.stop() == 0, service.output()
@@ -223,7 +223,7 @@ def test_requiring_the_token_closes_every_endpoint_but_health(tmp_path: Path) ->
                     client.predict(**spec.example_inputs())
             with Client(url(service, protocol), access_token=ACCESS_TOKEN) as client:
                 prediction = client.predict(**spec.example_inputs())
-            assert_outputs_equal(outputs_of(prediction), expected_outputs())
+            assert_outputs_close(outputs_of(prediction), expected_outputs())
         command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.grpc_url, "--timeout-s", "30"]
         refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert refused.returncode == 1
