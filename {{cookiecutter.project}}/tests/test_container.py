@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import os
 import re
 import subprocess
@@ -287,6 +288,26 @@ def test_the_runtime_is_installed_with_its_backend_library(service: Running) -> 
     assert status == 0, path
     shipped = r"/opt/venv/lib/python3\.\d+/site-packages/tritonrt/_native/libtriton_tritonrt\.so"
     assert re.fullmatch(shipped, path), path
+
+
+def test_the_image_serves_with_the_packaged_weights(service: Running) -> None:
+    # The service's wheel carries src/<package>/weights/: the model in the image loads the files from there
+    # (the outputs equal those of the model run here, test_the_client_gets_the_model_outputs).
+    listing = (
+        "import hashlib; from {{ cookiecutter.package }}.model_files import model_dir; "
+        "d = model_dir(); print(d); "
+        "[print(p.relative_to(d).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest()) "
+        "for p in sorted(d.rglob('*')) if p.is_file()]"
+    )
+    status, output = service.wrapped.exec_run(["python", "-c", listing])
+    lines = output.decode(errors="replace").splitlines()
+    assert status == 0, lines
+    installed = r"/opt/venv/lib/python3\.\d+/site-packages/{{ cookiecutter.package }}/weights"
+    assert re.fullmatch(installed, lines[0]), lines[0]
+    weights = PROJECT_DIR / "src" / "{{ cookiecutter.package }}" / "weights"
+    local = [f"{path.relative_to(weights).as_posix()} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+             for path in sorted(weights.rglob("*")) if path.is_file()]  # fmt: skip
+    assert lines[1:] == local
 
 
 def test_every_process_runs_as_non_root(engine: docker.DockerClient, service: Running) -> None:

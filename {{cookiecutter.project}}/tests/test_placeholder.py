@@ -7,9 +7,10 @@ placeholder; this one checks what the placeholder computes and fails for any oth
 """
 
 from __future__ import annotations
-{% if pytorch %}
+
+{% if pytorch -%}
 import logging
-{% endif %}
+{% endif -%}
 from pathlib import Path
 
 import numpy as np

@@ -16,9 +16,9 @@ The placeholder runs a small torch module, on CUDA when available. Without torch
 (``pip install -e ".[torch]"``) it runs the same computation on numpy and logs a warning.
 {%- endif %}
 
-The weights are loaded once, in ``Model.__init__``, from ``src/{{ cookiecutter.package }}/weights/`` (packaged
-into the wheel and the image) or from the directory ``{{ cookiecutter.package | upper }}_MODEL_DIR`` names:
-``model_file(name)`` finds them (``model_files.py``).
+The weights are loaded once, in ``Model.__init__``, from the package's ``weights/`` folder (packaged
+into the wheel and the image) or from the directory ``{{ cookiecutter.package | upper }}_MODEL_DIR``
+names: ``model_file(name)`` finds them (``model_files.py``).
 
 The placeholder (``placeholder.py``, removable) sets every output to the mean of all input values of its
 sample, so the service works end to end before you start.

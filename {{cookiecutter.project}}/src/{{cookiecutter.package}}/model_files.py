@@ -1,6 +1,6 @@
 """Where the model's files (weights, vocabularies, configs) are: packaged, or in a mounted directory.
 
-By default they are the files of ``src/{{ cookiecutter.package }}/weights/``: package data, installed with the
+By default they are the files of the package's ``weights/`` folder: package data, installed with the
 package, so the same name resolves in the editable install (``make install``), in the wheel and in the
 image. Weights too large for a wheel (or for the image) go on a volume mounted into the container
 instead; the variable ``{{ cookiecutter.package | upper }}_MODEL_DIR`` names that directory, and then
