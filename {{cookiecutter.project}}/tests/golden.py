@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             inputs = {name: value[np.newaxis] for name, value in inputs.items()}
 {%- endif %}
     outputs = record(inputs)
-    count = {{ "len(next(iter(outputs.values())))" if cookiecutter.max_batch_size | int > 0 else "1" }}
+    count = len(next(iter(outputs.values()))) if spec.BATCHING else 1
     print(f"Recorded {count} sample(s) in {GOLDEN}: commit it; test_golden.py checks the model against it")
     return 0
 

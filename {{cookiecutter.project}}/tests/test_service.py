@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
-{%- if batching %}
 import re
+{%- if batching %}
 import signal
 {%- endif %}
 import subprocess
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 {%- endif %}
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from conftest import (
@@ -57,11 +59,12 @@ def test_predict(service: Service, protocol: str) -> None:
 {%- if batching %}
 
 
+@pytest.mark.parametrize("count", [3, 2 * spec.MAX_BATCH_SIZE + 3])  # more than MAX_BATCH_SIZE: in batches
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_predict_batch(service: Service, protocol: str) -> None:
+def test_predict_batch(service: Service, protocol: str, count: int) -> None:
     with Client(url(service, protocol)) as client:
-        prediction = client.predict_batch(**spec.example_inputs(3))
-    assert_outputs_close(outputs_of(prediction), expected_outputs(3))
+        prediction = client.predict_batch(**spec.example_inputs(count))
+    assert_outputs_close(outputs_of(prediction), expected_outputs(count))
 {%- endif %}
 
 
@@ -70,11 +73,11 @@ async def test_async_client(service: Service, protocol: str) -> None:
     async with AsyncClient(url(service, protocol)) as client:
         prediction = await client.predict(**spec.example_inputs())
 {%- if batching %}
-        batch = await client.predict_batch(**spec.example_inputs(2))
+        batch = await client.predict_batch(**spec.example_inputs(2 * spec.MAX_BATCH_SIZE + 3))
 {%- endif %}
     assert_outputs_close(outputs_of(prediction), expected_outputs())
 {%- if batching %}
-    assert_outputs_close(outputs_of(batch), expected_outputs(2))
+    assert_outputs_close(outputs_of(batch), expected_outputs(2 * spec.MAX_BATCH_SIZE + 3))
 {%- endif %}
 
 
@@ -101,6 +104,28 @@ def test_the_command_line_sends_a_batch(service: Service) -> None:
     shapes = [line.split(" ")[2] for line in result.stdout.splitlines()]
     assert shapes and all(shape.startswith("(2,") for shape in shapes)
 {%- endif %}
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".json"] + ([".npy"] if len(spec.INPUTS) == 1 else []))
+def test_the_command_line_sends_the_inputs_of_a_file(service: Service, suffix: str, tmp_path: Path) -> None:
+    inputs = spec.example_inputs({{ "3" if batching }})
+    path = tmp_path / f"inputs{suffix}"
+    if suffix == ".npz":
+        np.savez(path, **inputs)
+    elif suffix == ".npy":
+        np.save(path, next(iter(inputs.values())))
+    else:  # JSON: bytes values as strings
+        plain = {
+            name: np.char.decode(value) if value.dtype.kind == "S" else value
+            for name, value in inputs.items()
+        }
+        path.write_text(json.dumps({name: value.tolist() for name, value in plain.items()}))
+    command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.http_url, "--input", str(path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    printed = [re.match(r"(\w+): \w+ (\([^)]*\))", line) for line in result.stdout.splitlines()]
+    shapes = {match.group(1): match.group(2) for match in printed if match}
+    assert shapes == {name: str(value.shape) for name, value in expected_outputs({{ "3" if batching }}).items()}
 
 
 def test_the_access_token_unlocks_the_restricted_endpoints(service: Service) -> None:

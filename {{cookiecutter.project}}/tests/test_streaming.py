@@ -32,6 +32,14 @@ def test_streaming_over_http_is_refused_with_the_fix() -> None:
         client.stream(**spec.example_inputs())
 
 
+def test_the_command_line_refuses_to_stream_over_http() -> None:
+    command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", "http://127.0.0.1:8000", "--stream"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--stream needs gRPC: give --url grpc://" in result.stderr
+    assert "make serve" not in result.stderr
+
+
 @pytest.mark.integration
 def test_stream_over_grpc(service: Service) -> None:
     with Client(service.grpc_url) as client:
