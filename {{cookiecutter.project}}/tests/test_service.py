@@ -11,6 +11,7 @@ import re
 {%- if batching %}
 import signal
 {%- endif %}
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from conftest import (
     Service,
     assert_outputs_close,
     expected_outputs,
+    free_ports,
     model_ready,
     outputs_of,
     start_service,
@@ -147,6 +149,26 @@ def test_a_short_load_test_meets_its_gates(service: Service, protocol: str, tmp_
     result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all gates passed" in result.stdout
+
+
+def test_a_busy_port_is_named_by_the_services_variable() -> None:
+    http_port, grpc_port, metrics_port = free_ports(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", grpc_port))
+        taken.listen()
+        env = {
+            **os.environ,
+            f"{PREFIX}HTTP_PORT": str(http_port),
+            f"{PREFIX}GRPC_PORT": str(grpc_port),
+            f"{PREFIX}METRICS_PORT": str(metrics_port),
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", PACKAGE], env=env, capture_output=True, text=True, timeout=WAIT_S
+        )
+    assert result.returncode == 1
+    assert f"gRPC port {grpc_port} on 127.0.0.1 is already in use" in result.stderr
+    assert f"{PREFIX}GRPC_PORT=<port>" in result.stderr
+    assert "PYTRITON_TRITON_CONFIG" not in result.stderr
 
 
 def test_sigterm_stops_the_service_and_its_tritonserver(tmp_path: Path) -> None:
