@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +28,7 @@ import pytest
 import requests
 from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs, outputs_of
 from load import Load
-from manifests import PROJECT_DIR, container, environment, find, quantity, render
+from manifests import container, deploy_copy, environment, find, quantity, render
 from test_container import engine, image, report  # noqa: F401 (fixtures: the engine, the image built here)
 
 from {{ cookiecutter.package }} import spec
@@ -57,9 +56,7 @@ class Pod:
 @pytest.fixture(scope="module")
 def objects(engine: docker.DockerClient, image: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:  # noqa: F811
     """The overlay for this engine, rendered for the test image from a copy of deploy/ with a real token."""
-    copy = tmp_path_factory.mktemp("project")
-    shutil.copy(PROJECT_DIR / "Makefile", copy)
-    shutil.copytree(PROJECT_DIR / "deploy", copy / "deploy")
+    copy = deploy_copy(tmp_path_factory.mktemp("project"))
     (copy / "deploy" / "k8s" / "base" / "access-token").write_text(secrets.token_urlsafe(32) + "\n")
     overlay = "gpu" if "nvidia" in engine.info().get("Runtimes", {}) else "cpu"
     return render(copy / "build", image, project=copy)[overlay]
