@@ -31,17 +31,18 @@ def load_scale(path: Path) -> float:
 
 def rows(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Each input's batch as float64 rows of values, one row per sample; bytes values count by length."""
-    return [_rows(inputs[tensor.name]) for tensor in spec.INPUTS]
+    return [_rows(inputs[str(tensor.name)]) for tensor in spec.INPUTS]
 
 
 def level(inputs: dict[str, np.ndarray], scale: float) -> np.ndarray:
     """Each sample's mean input value, times ``scale``: one float64 per sample."""
-    return scale * np.mean([row.sum(axis=1) / max(row.shape[1], 1) for row in rows(inputs)], axis=0)
+    means = [row.sum(axis=1) / max(row.shape[1], 1) for row in rows(inputs)]
+    return np.asarray(scale * np.mean(means, axis=0), dtype=np.float64)
 
 
 def outputs(levels: np.ndarray) -> dict[str, np.ndarray]:
     """Every output filled with each sample's level, in its declared dtype and shape."""
-    return {tensor.name: _filled(levels, tensor) for tensor in spec.OUTPUTS}
+    return {str(tensor.name): _filled(levels, tensor) for tensor in spec.OUTPUTS}
 
 
 def _rows(array: np.ndarray) -> np.ndarray:

@@ -35,18 +35,19 @@ def read_inputs(path: Path) -> tuple[dict[str, np.ndarray], bool]:
         values = _load(path)
     except (OSError, ValueError, zipfile.BadZipFile) as error:
         raise ValueError(f"{path}: cannot read it as {path.suffix or 'a samples'} file: {error}") from error
-    names = [tensor.name for tensor in spec.INPUTS]
+    names = [str(tensor.name) for tensor in spec.INPUTS]
     missing, unknown = sorted(set(names) - set(values)), sorted(set(values) - set(names))
     if missing or unknown:
-        found = {"missing": missing, "unknown": unknown}
+        found: dict[str, list[str]] = {"missing": missing, "unknown": unknown}
         problems = "; ".join(f"{kind}: {', '.join(some)}" for kind, some in found.items() if some)
         raise ValueError(f"{path}: the model's inputs are {', '.join(names)}; {problems}")
+    tensors = dict(zip(names, spec.INPUTS, strict=True))
     batched = spec.BATCHING and all(
-        np.ndim(values[tensor.name]) == len(tensor.shape) + 1 for tensor in spec.INPUTS
+        np.ndim(values[name]) == len(tensor.shape) + 1 for name, tensor in tensors.items()
     )
     try:
         inputs = {
-            tensor.name: spec.as_input(tensor, values[tensor.name], batched=batched) for tensor in spec.INPUTS
+            name: spec.as_input(tensor, values[name], batched=batched) for name, tensor in tensors.items()
         }
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from error
@@ -61,7 +62,7 @@ def _load(path: Path) -> dict[str, Any]:
     if path.suffix == ".npy":
         if len(spec.INPUTS) != 1:
             raise ValueError(f"the model has {len(spec.INPUTS)} inputs: give them by name in .npz or .json")
-        return {spec.INPUTS[0].name: np.load(path, allow_pickle=False)}
+        return {str(spec.INPUTS[0].name): np.load(path, allow_pickle=False)}
     if path.suffix == ".json":
         loaded = json.loads(path.read_text())
         if not isinstance(loaded, dict):
