@@ -146,8 +146,8 @@ def test_lint_passes(project: Path) -> None:
 def test_make_help_lists_every_target(project: Path) -> None:
     result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
     listed = re.findall(r"make (\S+)", result.stdout)
-    expected = ["help", "install", "serve", "test", "golden", "lint", "format", "image", "run", "wheels", "runtime-wheel", "loadtest",
-                "loadtest-ui", "update"]  # fmt: skip
+    expected = ["help", "install", "serve", "test", "golden", "lint", "format", "image", "run", "wheels",
+                "runtime-wheel", "loadtest", "loadtest-ui", "update"]  # fmt: skip
     expected += ["k8s", "checkov"]
     assert listed == expected
 
