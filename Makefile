@@ -16,14 +16,17 @@ find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) 
 CHECKOV_VENV := .venv-checkov
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools test lint demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools rust-toolchain test lint demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed  ## .venv with the runtime (editable) and the test tools of requirements-dev.txt
 
+# The runtime's editable install builds its Rust backend: Debian's cargo is installed first when it is missing
+# (as root, when apt has one new enough for the crate's rust-version), else make says what to run.
 $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
+	$(PYTHON) runtime/native/debian_cargo.py ensure
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e "runtime[test]" -r requirements-dev.txt
@@ -42,6 +45,9 @@ deploy-tools: $(CHECKOV_VENV)/.installed  ## the generated k8s tests' tools: pro
 	fi
 	@command -v kubectl >/dev/null 2>&1 || echo "kubectl not found: the k8s tests skip (https://kubernetes.io/docs/tasks/tools/)" >&2
 
+rust-toolchain:  ## the backend's rust-version proven: Debian 13's cargo in a chroot, built once into ~/.cache (root)
+	$(PYTHON) runtime/native/debian_cargo.py chroot
+
 $(CHECKOV_VENV)/.installed:
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov>=3.2,<4"
@@ -58,7 +64,7 @@ $(VENV)-py%/.installed: runtime/pyproject.toml
 	touch $@
 
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
-test: install-server deploy-tools $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
+test: install-server deploy-tools rust-toolchain $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
 	@for version in $(EXTRA_PYTHONS); do \
 		echo "==> the runtime's tests on Python $$version"; \

@@ -148,7 +148,7 @@ def test_make_help_lists_every_target(project: Path) -> None:
     listed = re.findall(r"make (\S+)", result.stdout)
     expected = ["help", "install", "serve", "test", "golden", "lint", "format", "image", "run", "wheels",
                 "runtime-wheel", "loadtest", "loadtest-ui", "update"]  # fmt: skip
-    expected += ["k8s", "checkov"]
+    expected += ["slo", "k8s", "checkov"]
     assert listed == expected
 
 

@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tools.slo import read_objectives
+
 __all__ = [
     "CRD_KINDS",
     "DEPLOY_DIR",
@@ -157,8 +159,7 @@ def quantity(text: str | int) -> float:
 
 def slo() -> dict[str, str]:
     """deploy/k8s/base/slo.env: the objectives and the autoscaler's target, name -> value."""
-    lines = (DEPLOY_DIR / "base" / "slo.env").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+    return read_objectives(DEPLOY_DIR / "base" / "slo.env")
 
 
 def crd_schema(kind: str) -> dict[str, Any]:

@@ -76,8 +76,6 @@ def test_make_k8s_renders_each_overlay_with_the_image(objects: list[dict[str, An
     assert {item["kind"] for item in objects} == KINDS
     assert all(item["metadata"].get("namespace", NAME) == NAME for item in objects)
     assert container(find(objects, "Deployment"))["image"] == IMAGE
-    # slo.env's ConfigMap only feeds kustomize's replacements: it is never applied.
-    assert not any("local-config" in str(item["metadata"].get("annotations")) for item in objects)
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,21 @@ LOGGER = logging.getLogger("tritonrt.server")
 SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
 _LOG_TAIL = 80
-_OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+
 _LEVELS = {"E": logging.ERROR, "W": logging.WARNING}
+
+
+def _start_guard(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the guard (tritonrt.server.guard), which starts the server, with its input and output piped.
+
+    It gets a process group of its own in the owner's session: a terminal's Ctrl+C reaches the owner, which
+    stops the server in order.
+    """
+    command = [sys.executable, "-m", "tritonrt.server.guard"]
+    pipe, to_stdout = subprocess.PIPE, subprocess.STDOUT
+    if sys.version_info >= (3, 11):
+        return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout, process_group=0)
+    return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout, preexec_fn=os.setpgrp)
 
 
 def check_port_free(port: int, address: str, what: str, setting: str) -> None:
@@ -66,7 +79,7 @@ class TritonServerProcess:
         self._guard_input = guard_spec(command, hidden, cleanup)
         self._env = env
         self._verbose = verbose
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self._on_exit: list[Callable[[int], None]] = []
         self._exit_lock = threading.Lock()
@@ -92,16 +105,7 @@ class TritonServerProcess:
 
     def _watch(self) -> None:
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "tritonrt.server.guard"],
-                env=self._env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                # Its own process group in the owner's session: a terminal's Ctrl+C reaches the owner, which
-                # stops the server in order.
-                **_OWN_PROCESS_GROUP,
-            )
+            self._process = _start_guard(self._env)
             assert self._process.stdin is not None  # stdin=PIPE
             with self._process.stdin as spec:
                 spec.write(self._guard_input)
