@@ -60,6 +60,8 @@ VARIANTS = {
 VENDORED = ("runtime", "loadtests")
 # Skips the generated suite may report here, each with the reason it must give.
 ALLOWED_SKIPS = {"pytorch": "torch is not installed", "batching-off-streaming": "torch is not installed"}
+# Skips every variant may report: the golden-sample tests wait for `make golden`.
+ALWAYS_ALLOWED_SKIPS = ["no golden samples"]
 # The variants whose suite runs the deploy/k8s tests (marker k8s): the overlays do not depend on the tensors,
 # so the defaults and the one with two models and the longest names stand for all.
 K8S_VARIANTS = ("defaults", "long-names")
@@ -144,8 +146,8 @@ def test_lint_passes(project: Path) -> None:
 def test_make_help_lists_every_target(project: Path) -> None:
     result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
     listed = re.findall(r"make (\S+)", result.stdout)
-    expected = ["help", "install", "serve", "test", "lint", "image", "run", "wheels", "runtime-wheel", "loadtest",
-                "loadtest-ui", "tune", "update"]  # fmt: skip
+    expected = ["help", "install", "serve", "test", "golden", "lint", "format", "image", "run", "wheels",
+                "runtime-wheel", "loadtest", "loadtest-ui", "tune", "update"]  # fmt: skip
     expected += ["slo", "k8s", "checkov"]
     assert listed == expected
 
@@ -190,7 +192,9 @@ def test_the_generated_suite_passes(project: Path, tmp_path: Path, request: pyte
     assert int(suite.get("tests")) >= 15
     skipped = {case.get("name"): case.find("skipped").get("message") for case in suite.iter("testcase")
                if case.find("skipped") is not None}  # fmt: skip
-    allowed = [ALLOWED_SKIPS.get(variant)] + [f"{tool} not found" for tool, path in K8S_TOOLS.items() if not path]
+    allowed = [ALLOWED_SKIPS.get(variant), *ALWAYS_ALLOWED_SKIPS] + [
+        f"{tool} not found" for tool, path in K8S_TOOLS.items() if not path
+    ]
     assert all(any(reason and reason in message for reason in allowed) for message in skipped.values()), skipped
     k8s = [case for case in suite.iter("testcase") if ".test_k8s_" in "." + case.get("classname", "")]
     assert len(k8s) >= (30 if variant in K8S_VARIANTS else 0) and (k8s == []) == (variant not in K8S_VARIANTS)

@@ -39,6 +39,7 @@ __all__ = [
     "PROJECT_DIR",
     "container",
     "crd_schema",
+    "deploy_copy",
     "environment",
     "find",
     "quantity",
@@ -93,11 +94,21 @@ def require_tool(name: str) -> str:
     pytest.skip(f"{name} not found: {_INSTALL[name]}")
 
 
-def render(output: Path, image: str = IMAGE, project: Path = PROJECT_DIR) -> dict[str, list[dict[str, Any]]]:
+def deploy_copy(folder: Path) -> Path:
+    """``folder`` with a copy of this project's Makefile and deploy/: what ``make k8s`` reads and writes
+    (it writes a token when there is none), so the tests leave the project as it was."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT_DIR / "Makefile", folder)
+    shutil.copytree(PROJECT_DIR / "deploy", folder / "deploy", dirs_exist_ok=True)
+    return folder
+
+
+def render(output: Path, image: str = IMAGE, project: Path | None = None) -> dict[str, list[dict[str, Any]]]:
     """``make k8s IMAGE=image`` into ``output``; the objects of each overlay, as kubectl would apply them.
 
-    ``project``: a copy of this project's Makefile and deploy/ to render instead (one with a real token)."""
+    ``project``: where to run it, a ``deploy_copy``; by default a new one in ``output``."""
     require_tool("kubectl")
+    project = project or deploy_copy(output / "project")
     result = subprocess.run(
         ["make", "--no-print-directory", "k8s", f"IMAGE={image}", f"K8S_DIR={output}"],
         cwd=project,

@@ -39,8 +39,9 @@ from collections.abc import Iterator
 {%- endif %}
 from typing import Any
 
-from tritonrt.exceptions import PyTritonError
+from tritonrt.exceptions import PyTritonBadParameterError, PyTritonError
 from tritonrt.model_config import DynamicBatcher, ModelConfig
+from tritonrt.server.process import check_port_free
 from tritonrt.triton import (
     DEFAULT_PROTECTED_ENDPOINTS,
     VALID_TRITON_ENDPOINTS,
@@ -62,7 +63,22 @@ from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
 
 LOGGER = logging.getLogger(__name__)
 POLL_S = 0.2  # how often the main thread checks for a stop signal or a dead server
+# Each endpoint: what it serves, and the setting (its variable without the prefix) that holds its port.
+_PORTS = (("HTTP", "HTTP_PORT"), ("gRPC", "GRPC_PORT"), ("metrics", "METRICS_PORT"))
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def check_ports(settings: Settings) -> None:
+    """Raise PyTritonBadParameterError naming this service's variable when one of its ports is taken."""
+    for what, setting in _PORTS:
+        port = getattr(settings, setting.lower())
+        try:
+            check_port_free(port, settings.bind_address, what, setting.lower())
+        except PyTritonBadParameterError:
+            raise PyTritonBadParameterError(
+                f"The {what} port {port} on {settings.bind_address} is already in use: stop whatever listens "
+                f"there, or choose another port with {PREFIX}{setting}=<port>."
+            ) from None
 
 
 def triton_config(settings: Settings) -> TritonConfig:
@@ -278,6 +294,7 @@ def main() -> int:
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        check_ports(settings)
         return serve(settings)
     except PyTritonError as error:
         LOGGER.error("Cannot serve the model: %s", error)
