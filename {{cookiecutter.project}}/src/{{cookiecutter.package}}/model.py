@@ -75,9 +75,9 @@ class Model:
 
     def __init__(self{{ ", device: str | None = None" if pytorch }}) -> None:
 {%- if pytorch %}
-        # YOUR MODEL: load the weights here (files in weights/, found by model_file). With worker threads this
-        # runs once and every instance shares it; with worker processes (the default) it runs in each worker, on
-        # that worker's GPU (``device``).
+        # YOUR MODEL: load the weights here (files in weights/, found by model_file). With worker threads
+        # this runs once and every instance shares it; with worker processes (the default) it runs in each
+        # worker, on that worker's GPU (``device``).
 {%- else %}
         # YOUR MODEL: load the weights here, e.g. np.load(model_file("model.npz")). This runs once, before the
         # worker processes (if any) are forked: every instance shares it (copy on write).
