@@ -29,9 +29,9 @@ from tritonrt.proxy.connection import (
     InstanceIdentity,
     PeerGone,
     RegionError,
-    WorkerListener,
     WorkerSettings,
 )
+from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.wire import ERROR_INVALID_ARG, WireError
 
 TYPES = {

@@ -19,9 +19,9 @@ from tritonrt.proxy.connection import (
     InstanceIdentity,
     PeerGone,
     RegionError,
-    WorkerListener,
     WorkerSettings,
 )
+from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.regions import PeerRegion
 from tritonrt.proxy.wire import RequestMeta, TensorMeta, WireError
 from tritonrt.proxy.wire_decode import decode_body

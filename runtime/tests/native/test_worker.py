@@ -16,7 +16,8 @@ from tritonrt.exceptions import PyTritonUnrecoverableError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.model_config.resolve import build_model_config
 from tritonrt.proxy import wire
-from tritonrt.proxy.connection import InstanceIdentity, WorkerListener, WorkerSettings
+from tritonrt.proxy.connection import InstanceIdentity, WorkerSettings
+from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.wire import RequestMeta, TensorMeta
 from tritonrt.proxy.wire_decode import decode_body
 from tritonrt.proxy.worker import CallableWorker

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tritonrt.proxy import wire
-from tritonrt.proxy.connection import InstanceIdentity, WorkerConnection, WorkerListener, WorkerSettings
+from tritonrt.proxy.connection import InstanceIdentity, WorkerConnection, WorkerSettings
+from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import KIND_BATCH_ERROR, Header
 from tritonrt.proxy.worker import CallableWorker

@@ -2,16 +2,14 @@
 built on the received bytes or the backend's region (no copy), send replies (outputs copied once into this
 side's region, or inline when small, or by reference when they are views of an input's region).
 
-One :class:`WorkerListener` per model instance (one inference callable); the backend instance connects to it.
+:mod:`tritonrt.proxy.listener` listens and shakes hands: one listener per model instance (one inference
+callable); the backend instance connects to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import os
-import pathlib
-import socket
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
@@ -28,7 +26,6 @@ from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import (
     DATA_ALIGN,
     DTYPE_BYTES,
-    FLAG_DECOUPLED,
     FLAG_FINAL,
     FLAG_NEW_REGION,
     FLAG_RETAINED,
@@ -61,12 +58,9 @@ __all__ = [
     "PeerGone",
     "RegionError",
     "WorkerConnection",
-    "WorkerListener",
     "WorkerSettings",
 ]
 
-VERSION_TEXT = "tritonrt-worker 0.1.0"
-_HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
 _NO_REGION = object()  # never any array's base
@@ -162,79 +156,6 @@ class _MetaKey(NamedTuple):
 _meta_key = partial(tuple.__new__, _MetaKey)
 _answer = partial(tuple.__new__, _Answer)
 _header = partial(tuple.__new__, Header)
-
-
-class WorkerListener:
-    """Listen on the Unix socket ``path`` (created mode 0600) for the backend instance ``identity``."""
-
-    def __init__(self, path: pathlib.Path, identity: InstanceIdentity, settings: WorkerSettings | None = None):
-        self.path, self.identity = path, identity
-        self.settings = settings or WorkerSettings()
-        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # for tritonrt.proxy.peer's checks
-        self.socket.bind(str(path))
-        os.chmod(path, 0o600)
-        self.socket.listen(1)
-        self.refusals: list[str] = []  # why connections were refused, latest last
-
-    def accept(self) -> WorkerConnection:
-        """The next backend connection that passes the handshake (others are refused with a reason and
-        closed). Raises OSError once the listener is closed."""
-        while True:
-            sock, _ = self.socket.accept()
-            link = Link(sock, self.settings.worker_spin_us / 1e6)
-            try:
-                reason = self._handshake(link)
-            except (WireError, PeerGone, OSError) as error:
-                reason = str(error)
-                self._refuse(link, reason)
-            if reason is None:
-                return WorkerConnection(link, self.identity, self.settings)
-            self.refusals.append(reason)
-            link.close()
-
-    def _handshake(self, link: Link) -> str | None:
-        received = link.receive(_HANDSHAKE_TIMEOUT_S)
-        if received is None:
-            return "no HELLO within the handshake's time"
-        header, buffer, _ = received
-        if header.kind != KIND_HELLO:
-            return self._refuse(link, f"expected HELLO, got a message of kind {header.kind}")
-        hello = decode_body(header, buffer)
-        me = self.identity
-        problems = []
-        if not hmac.compare_digest(hello.token.encode(), me.token.encode()):
-            problems.append("its token does not match this model's connection file (a stale model repository?)")
-        if hello.model_name != me.model_name:
-            problems.append(f"it serves model {hello.model_name!r}, this process model {me.model_name!r}")
-        if hello.instance_index != me.instance_index:
-            problems.append(f"it is instance {hello.instance_index}, this socket serves instance {me.instance_index}")
-        if bool(header.flags & FLAG_DECOUPLED) != me.decoupled:
-            problems.append(f"decoupled is {bool(header.flags & FLAG_DECOUPLED)} in its config, {me.decoupled} here")
-        if hello.max_batch_size != me.max_batch_size:
-            problems.append(f"max_batch_size is {hello.max_batch_size} in its config, {me.max_batch_size} here")
-        if problems:
-            return self._refuse(link, "; ".join(problems))
-        s = self.settings
-        welcome = wire.Welcome(os.getpid(), s.inline_threshold, s.spin_us, s.region_limit, VERSION_TEXT)
-        link.send([wire.encode_message(Header(KIND_WELCOME), wire.encode_welcome(welcome))])
-        return None
-
-    @staticmethod
-    def _refuse(link: Link, reason: str) -> str:
-        try:
-            link.send([wire.encode_message(Header(KIND_REFUSE), wire.encode_text(reason))])
-        except OSError:
-            pass
-        return reason
-
-    def close(self) -> None:
-        """Stop listening (wakes a blocked accept) and remove the socket's path."""
-        try:
-            self.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.socket.close()
-        self.path.unlink(missing_ok=True)
 
 
 class WorkerConnection:

@@ -1,6 +1,6 @@
 """The user-process side of the proxy: one worker thread per inference callable (model instance).
 
-Each worker listens on a Unix socket (:class:`~tritonrt.proxy.connection.WorkerListener`); the model's
+Each worker listens on a Unix socket (:class:`~tritonrt.proxy.listener.WorkerListener`); the model's
 instance inside tritonserver (tritonrt's native backend) connects to it. The worker receives a batch of
 requests, calls the callable in its own thread (no hop to another thread) and replies: one message with a
 status per request, or a stream of them for decoupled models.
@@ -24,10 +24,10 @@ from tritonrt.proxy.connection import (
     PeerGone,
     RegionError,
     WorkerConnection,
-    WorkerListener,
 )
 from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
 from tritonrt.proxy.isolation import answer_each
+from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import WireError
