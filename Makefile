@@ -8,15 +8,20 @@ DEMO_PROJECT := $(DEMO_DIR)/my-service
 # The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
 DEMO_PORT ?= 8000
 # `make test` runs the runtime's tests on these Pythons too, each in its own venv (.venv-py3.10), built by make.
-# EXTRA_PYTHONS= runs on $(PYTHON) alone.
-EXTRA_PYTHONS ?= 3.10 3.13
+# EXTRA_PYTHONS= runs on $(PYTHON) alone. 3.12 gets numpy 1.26, as NGC's tritonserver images (Python 3.12, numpy 1.x).
+EXTRA_PYTHONS ?= 3.10 3.12 3.13
+# numpy of each extra Python's venv, when it must differ from the newest (make test NUMPY_3.12=).
+NUMPY_3.12 ?= numpy>=1.26,<2
 # Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
 find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
 CHECKOV_VENV := .venv-checkov
+# PyTriton 0.7 in a venv of its own (its pins differ from ours): the compatibility suite runs its programs on it too,
+# and make bench measures it.
+PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools test lint demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools pytriton test lint demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -47,6 +52,13 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov>=3.2,<4"
 	touch $@
 
+pytriton: $(PYTRITON_VENV)/.installed  ## PyTriton 0.7 in bench/.venv-pytriton: the compatibility suite's reference, make bench's
+
+$(PYTRITON_VENV)/.installed:
+	test -x $(PYTRITON_VENV)/bin/python || $(PYTHON) -m venv $(PYTRITON_VENV)
+	$(PYTRITON_VENV)/bin/python -m pip install --quiet "nvidia-pytriton==0.7.0" "numpy<2"
+	touch $@
+
 # The runtime and its test tools on Python X.Y (the server comes on first use).
 $(VENV)-py%/.installed: runtime/pyproject.toml
 	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
@@ -54,11 +66,13 @@ $(VENV)-py%/.installed: runtime/pyproject.toml
 		EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
 	echo "==> $(VENV)-py$*: the runtime's tests on $$python"; \
 	test -x $(VENV)-py$*/bin/python || $$python -m venv $(VENV)-py$*
-	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]"
+	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]" $(if $(NUMPY_$*),"$(NUMPY_$*)")
 	touch $@
 
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
-test: install-server deploy-tools $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
+# The compatibility suite runs each program on PyTriton 0.7 too (TRITONRT_COMPAT_PYTRITON_PYTHON).
+test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
+test: install-server deploy-tools pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
 	@for version in $(EXTRA_PYTHONS); do \
 		echo "==> the runtime's tests on Python $$version"; \
@@ -67,10 +81,12 @@ test: install-server deploy-tools $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## 
 	$(PY) -m pytest loadtests/tests
 	$(PY) -m pytest tests
 
-lint: venv  ## ruff check and format check of the repository's Python code; mypy on the runtime
+# Each generated project's own `make lint` runs in tests/test_bake.py (make test), once per supported variant.
+lint: venv  ## ruff check and format check of the repository's Python code; mypy on the runtime, the hooks, .ci
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --config-file runtime/pyproject.toml runtime/tritonrt
+	$(PY) -m mypy --strict --config-file runtime/pyproject.toml --exclude 'hooks/(pre|post)_gen_project\.py' hooks .ci
 
 demo: install-server  ## bake the defaults into build/demo, serve on a local tritonserver, send a request, stop
 	rm -rf $(DEMO_DIR)
@@ -90,7 +106,7 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
 
-bench: install-server  ## proxy overhead: plain Python backend vs tritonrt vs PyTriton (wrk + gRPC), prints a table
+bench: install-server pytriton  ## proxy overhead: plain Python backend vs tritonrt vs PyTriton (wrk + gRPC), prints a table
 	bench/setup.sh
 	$(PY) bench/run.py
 

@@ -190,7 +190,9 @@ def test_the_generated_suite_passes(project: Path, tmp_path: Path, request: pyte
     assert int(suite.get("tests")) >= 15
     skipped = {case.get("name"): case.find("skipped").get("message") for case in suite.iter("testcase")
                if case.find("skipped") is not None}  # fmt: skip
-    allowed = [ALLOWED_SKIPS.get(variant)] + [f"{tool} not found" for tool, path in K8S_TOOLS.items() if not path]
+    # Under CI a missing tool fails the generated suite (its tests/conftest.py): no tool skip is allowed there.
+    missing = [] if os.environ.get("CI") else [f"{tool} not found" for tool, path in K8S_TOOLS.items() if not path]
+    allowed = [ALLOWED_SKIPS.get(variant), *missing]
     assert all(any(reason and reason in message for reason in allowed) for message in skipped.values()), skipped
     k8s = [case for case in suite.iter("testcase") if ".test_k8s_" in "." + case.get("classname", "")]
     assert len(k8s) >= (30 if variant in K8S_VARIANTS else 0) and (k8s == []) == (variant not in K8S_VARIANTS)

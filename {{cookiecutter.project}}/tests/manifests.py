@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import skip_or_fail_under_ci
 
 __all__ = [
     "CRD_KINDS",
@@ -77,7 +78,8 @@ _SUFFIXES = {
 
 
 def require_tool(name: str) -> str:
-    """The path of ``name`` (checkov: also ``$CHECKOV`` and ``.venv-checkov``); skips the test without it."""
+    """The path of ``name`` (checkov: also ``$CHECKOV`` and ``.venv-checkov``); skips the test without it
+    (fails it under CI)."""
     candidates = [shutil.which(name)]
     if name == "checkov":
         candidates = [
@@ -88,7 +90,7 @@ def require_tool(name: str) -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    pytest.skip(f"{name} not found: {_INSTALL[name]}")
+    skip_or_fail_under_ci(f"{name} not found: {_INSTALL[name]}")
 
 
 def render(output: Path, image: str = IMAGE, project: Path = PROJECT_DIR) -> dict[str, list[dict[str, Any]]]:
