@@ -21,7 +21,7 @@ CHECKOV_VENV := .venv-checkov
 PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools pytriton test lint demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools pytriton test lint lock demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -87,6 +87,9 @@ lint: venv  ## ruff check and format check of the repository's Python code; mypy
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --config-file runtime/pyproject.toml runtime/tritonrt
 	$(PY) -m mypy --strict --config-file runtime/pyproject.toml --exclude 'hooks/(pre|post)_gen_project\.py' hooks .ci
+
+lock: venv  ## update the generated project's lock ({{cookiecutter.project}}/requirements.txt) with its make lock (PyPI)
+	$(PY) .ci/template_lock.py --python $(abspath $(PY))
 
 demo: install-server  ## bake the defaults into build/demo, serve on a local tritonserver, send a request, stop
 	rm -rf $(DEMO_DIR)
