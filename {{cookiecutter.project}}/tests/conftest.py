@@ -81,7 +81,7 @@ def skip_or_fail_under_ci(reason: str) -> NoReturn:
     """Skip the test for a missing tool, saying ``reason``; under CI (``CI`` set) fail instead: a CI machine
     has every tool the tests need, and a skip there would hide a regression."""
     if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI={os.environ['CI']}: CI must run this test; install the tool in the CI job)")
+        pytest.fail(f"{reason} (CI={os.environ['CI']}: CI runs every test; install the tool in the CI job)")
     pytest.skip(reason)
 
 

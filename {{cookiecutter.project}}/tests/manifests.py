@@ -23,7 +23,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from conftest import skip_or_fail_under_ci
 

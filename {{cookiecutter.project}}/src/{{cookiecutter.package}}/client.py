@@ -90,7 +90,7 @@ class Client:
         access_token: str | None = None,
     ) -> None:
         self.url = url
-        self._options = {
+        self._options: dict[str, Any] = {
             "init_timeout_s": init_timeout_s,
             "inference_timeout_s": inference_timeout_s,
             "access_token": access_token,
@@ -161,7 +161,7 @@ class AsyncClient:
         access_token: str | None = None,
     ) -> None:
         self.url = url
-        self._options = {
+        self._options: dict[str, Any] = {
             "init_timeout_s": init_timeout_s,
             "inference_timeout_s": inference_timeout_s,
             "access_token": access_token,
@@ -226,15 +226,16 @@ class AsyncClient:
 {%- endif %}
 
 
-def _inputs(arguments: dict[str, Any], *, batched: bool) -> dict[str, np.ndarray]:
+def _inputs(arguments: dict[str, Any], *, batched: bool) -> dict[str, Any]:
     """The model's inputs among a method's ``locals()``, converted and checked (``spec.as_input``)."""
     return {
-        tensor.name: spec.as_input(tensor, arguments[tensor.name], batched=batched) for tensor in spec.INPUTS
+        spec.name_of(tensor): spec.as_input(tensor, arguments[spec.name_of(tensor)], batched=batched)
+        for tensor in spec.INPUTS
     }
 
 
 def _prediction(outputs: dict[str, np.ndarray]) -> Prediction:
-    return Prediction(**{tensor.name: outputs[tensor.name] for tensor in spec.OUTPUTS})
+    return Prediction(**{spec.name_of(tensor): outputs[spec.name_of(tensor)] for tensor in spec.OUTPUTS})
 
 
 def main(argv: list[str] | None = None) -> int:

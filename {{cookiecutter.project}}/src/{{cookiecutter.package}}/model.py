@@ -94,7 +94,7 @@ class Model:
         inputs = {name: value[np.newaxis] for name, value in inputs.items()}
 {%- endif %}
         # YOUR MODEL: replace the placeholder computation below.
-        rows = [_rows(inputs[tensor.name]) for tensor in spec.INPUTS]
+        rows = [_rows(inputs[spec.name_of(tensor)]) for tensor in spec.INPUTS]
 {%- if pytorch %}
         if self.module is None:
             means = [row.sum(axis=1) / max(row.shape[1], 1) for row in rows]
@@ -106,7 +106,7 @@ class Model:
 {%- else %}
         level = self.scale * np.mean([row.sum(axis=1) / max(row.shape[1], 1) for row in rows], axis=0)
 {%- endif %}
-        outputs = {tensor.name: _filled(level, tensor) for tensor in spec.OUTPUTS}
+        outputs = {spec.name_of(tensor): _filled(level, tensor) for tensor in spec.OUTPUTS}
 {%- if not batching %}
         return {name: value[0] for name, value in outputs.items()}
 {%- else %}
