@@ -9,11 +9,18 @@ DEMO_PROJECT := $(DEMO_DIR)/my-service
 DEMO_PORT ?= 8000
 # `make test` runs the runtime's tests on these Pythons too, each in its own venv (.venv-py3.10), built by make.
 # EXTRA_PYTHONS= runs on $(PYTHON) alone. 3.12 gets numpy 1.26, as NGC's tritonserver images (Python 3.12, numpy 1.x).
-EXTRA_PYTHONS ?= 3.10 3.12 3.13
+EXTRA_PYTHONS ?= 3.10 3.12 3.13 3.14
 # numpy of each extra Python's venv, when it must differ from the newest (make test NUMPY_3.12=).
 NUMPY_3.12 ?= numpy>=1.26,<2
 # Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
 find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
+# What runs an extra Python's commands: nothing (the host's), or for a 3.14 the host lacks, .ci/forky: Debian forky's
+# python3.14 in a chroot (build/forky, made on first use; needs root).
+in_chroot = $(if $(filter 3.14,$(1)),$(if $(call find_python,$(1)),,$(CURDIR)/.ci/forky))
+# The extra Pythons' runs share the backend library the first run built (a chroot's build would not run on the host),
+# and leave out the Rust suite (cargo test, ASan, clippy), which does not depend on Python: it runs once.
+NATIVE_LIBRARY := $(CURDIR)/runtime/native/target/release/libtriton_tritonrt.so
+EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
 CHECKOV_VENV := .venv-checkov
 # PyTriton 0.7 in a venv of its own (its pins differ from ours): the compatibility suite runs its programs on it too,
@@ -59,14 +66,16 @@ $(PYTRITON_VENV)/.installed:
 	$(PYTRITON_VENV)/bin/python -m pip install --quiet "nvidia-pytriton==0.7.0" "numpy<2"
 	touch $@
 
-# The runtime and its test tools on Python X.Y (the server comes on first use).
-$(VENV)-py%/.installed: runtime/pyproject.toml
-	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
-		$(HOME)/.pyenv/versions/$*.*, python$* on PATH): install it (pyenv install $*) or leave it out of \
-		EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
+# The runtime and its test tools on Python X.Y (the server comes on first use), with the library .venv's install built.
+$(VENV)-py%/.installed: runtime/pyproject.toml $(VENV)/.installed
+	$(if $(call in_chroot,$*),$(call in_chroot,$*) --build)
+	@python="$(or $(call find_python,$*),$(if $(call in_chroot,$*),$(call in_chroot,$*) python$*))"; \
+	test -n "$$python" || { echo "make: no Python $* found (pyenv's $(HOME)/.pyenv/versions/$*.*, python$* on PATH): \
+		install it (pyenv install $*) or leave it out of EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
 	echo "==> $(VENV)-py$*: the runtime's tests on $$python"; \
-	test -x $(VENV)-py$*/bin/python || $$python -m venv $(VENV)-py$*
-	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]" $(if $(NUMPY_$*),"$(NUMPY_$*)")
+	test -f $(VENV)-py$*/pyvenv.cfg || $$python -m venv $(VENV)-py$*
+	TRITONRT_NATIVE_LIBRARY=$(NATIVE_LIBRARY) $(call in_chroot,$*) $(VENV)-py$*/bin/python -m pip install --quiet \
+		-e "runtime[test]" $(if $(NUMPY_$*),"$(NUMPY_$*)")
 	touch $@
 
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
@@ -74,10 +83,9 @@ $(VENV)-py%/.installed: runtime/pyproject.toml
 test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
 test: install-server deploy-tools pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
-	@for version in $(EXTRA_PYTHONS); do \
-		echo "==> the runtime's tests on Python $$version"; \
-		(cd runtime && ../$(VENV)-py$$version/bin/python -m pytest) || exit 1; \
-	done
+	@$(foreach version,$(EXTRA_PYTHONS),echo "==> the runtime's tests on Python $(version)" && \
+		(cd runtime && TRITONRT_NATIVE_LIBRARY=$(NATIVE_LIBRARY) $(call in_chroot,$(version)) \
+			../$(VENV)-py$(version)/bin/python -m pytest $(EXTRA_PYTEST_ARGS)) &&) true
 	$(PY) -m pytest loadtests/tests
 	$(PY) -m pytest tests
 
