@@ -18,9 +18,10 @@ find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) 
 # python3.14 in a chroot (build/forky, made on first use; needs root).
 in_chroot = $(if $(filter 3.14,$(1)),$(if $(call find_python,$(1)),,$(CURDIR)/.ci/forky))
 # The extra Pythons' runs share the backend library the first run built (a chroot's build would not run on the host),
-# and leave out the Rust suite (cargo test, ASan, clippy), which does not depend on Python: it runs once.
+# and leave out what does not depend on their Python, which the first run checks: the Rust suite (cargo test, ASan,
+# clippy) and the compatibility programs run on PyTriton 0.7 (in its own venv).
 NATIVE_LIBRARY := $(CURDIR)/runtime/native/target/release/libtriton_tritonrt.so
-EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py
+EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py -k "not pytriton-0.7"
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
 CHECKOV_VENV := .venv-checkov
 # PyTriton 0.7 in a venv of its own (its pins differ from ours): the compatibility suite runs its programs on it too,
