@@ -17,9 +17,10 @@ find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) 
 # What runs an extra Python's commands: nothing (the host's), or for a 3.14 the host lacks, .ci/forky: Debian forky's
 # python3.14 in a chroot (build/forky, made on first use; needs root).
 in_chroot = $(if $(filter 3.14,$(1)),$(if $(call find_python,$(1)),,$(CURDIR)/.ci/forky))
-# The extra Pythons' runs share the backend library the first run built (a chroot's build would not run on the host),
-# and leave out what does not depend on their Python, which the first run checks: the Rust suite (cargo test, ASan,
-# clippy) and the compatibility programs run on PyTriton 0.7 (in its own venv).
+# The extra Pythons' installs take the backend library .venv's install built (no build in a chroot, whose library
+# would not load on the host); their runs find it up to date, and leave out what does not depend on their Python,
+# which the first run checks: the Rust suite (cargo test, ASan, clippy) and the compatibility programs run on
+# PyTriton 0.7 (in its own venv).
 NATIVE_LIBRARY := $(CURDIR)/runtime/native/target/release/libtriton_tritonrt.so
 EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py -k "not pytriton-0.7"
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
@@ -29,7 +30,7 @@ CHECKOV_VENV := .venv-checkov
 PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools pytriton test lint lock demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools pytriton test test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -82,13 +83,22 @@ $(VENV)-py%/.installed: runtime/pyproject.toml $(VENV)/.installed
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
 # The compatibility suite runs each program on PyTriton 0.7 too (TRITONRT_COMPAT_PYTRITON_PYTHON).
 test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
+# The extra Pythons' runs go beside loadtests/tests and tests/ (their output shown when they end, kept in
+# build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both.
 test: install-server deploy-tools pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
+	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside loadtests/tests and tests/"; \
+	$(MAKE) --no-print-directory test-extra-pythons > build/test-extra-pythons.log 2>&1 & extra=$$!; \
+	$(PY) -m pytest loadtests/tests && $(PY) -m pytest tests; status=$$?; \
+	wait $$extra; extra_status=$$?; \
+	echo "==> the runtime's tests on Python $(EXTRA_PYTHONS) (build/test-extra-pythons.log):"; \
+	cat build/test-extra-pythons.log; test $$status = 0 && test $$extra_status = 0
+
+# One Python after another: they share runtime/'s build folder (the packaging tests build wheels there).
+test-extra-pythons: $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## the runtime's tests on each Python of EXTRA_PYTHONS
 	@$(foreach version,$(EXTRA_PYTHONS),echo "==> the runtime's tests on Python $(version)" && \
-		(cd runtime && TRITONRT_NATIVE_LIBRARY=$(NATIVE_LIBRARY) $(call in_chroot,$(version)) \
-			../$(VENV)-py$(version)/bin/python -m pytest $(EXTRA_PYTEST_ARGS)) &&) true
-	$(PY) -m pytest loadtests/tests
-	$(PY) -m pytest tests
+		(cd runtime && $(call in_chroot,$(version)) ../$(VENV)-py$(version)/bin/python -m pytest -p no:cacheprovider \
+			$(EXTRA_PYTEST_ARGS)) &&) true
 
 # Each generated project's own `make lint` runs in tests/test_bake.py (make test), once per supported variant.
 lint: venv  ## ruff check and format check of the repository's Python code; mypy on the runtime, the hooks, .ci
