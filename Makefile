@@ -30,14 +30,17 @@ CHECKOV_VENV := .venv-checkov
 PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools pytriton test test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools rust-toolchain pytriton test test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed  ## .venv with the runtime (editable) and the test tools of requirements-dev.txt
 
+# The runtime's editable install builds its Rust backend: Debian's cargo is installed first when it is missing
+# (as root, when apt has one new enough for the crate's rust-version), else make says what to run.
 $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
+	$(PYTHON) runtime/native/debian_cargo.py ensure
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e "runtime[test]" -r requirements-dev.txt
@@ -55,6 +58,9 @@ deploy-tools: $(CHECKOV_VENV)/.installed  ## the generated k8s tests' tools: pro
 		echo "promtool and prometheus not found: the k8s tests that need them skip (sudo apt-get install prometheus)" >&2; \
 	fi
 	@command -v kubectl >/dev/null 2>&1 || echo "kubectl not found: the k8s tests skip (https://kubernetes.io/docs/tasks/tools/)" >&2
+
+rust-toolchain:  ## the backend's rust-version proven: Debian 13's cargo in a chroot, built once into ~/.cache (root)
+	$(PYTHON) runtime/native/debian_cargo.py chroot
 
 $(CHECKOV_VENV)/.installed:
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -85,7 +91,7 @@ $(VENV)-py%/.installed: runtime/pyproject.toml $(VENV)/.installed
 test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
 # The extra Pythons' runs go beside loadtests/tests and tests/ (their output shown when they end, kept in
 # build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both.
-test: install-server deploy-tools pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
+test: install-server deploy-tools rust-toolchain pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
 	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside loadtests/tests and tests/"; \
 	$(MAKE) --no-print-directory test-extra-pythons > build/test-extra-pythons.log 2>&1 & extra=$$!; \
@@ -128,9 +134,10 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
 
-bench: install-server pytriton  ## proxy overhead: plain Python backend vs tritonrt vs PyTriton (wrk + gRPC), prints a table
+bench: install-server pytriton  ## proxy overhead and a CPU-bound model: plain Python backend vs tritonrt (threads, processes) vs PyTriton
 	bench/setup.sh
 	$(PY) bench/run.py
+	$(PY) bench/cpu_bound.py
 
 # The GPU check's carry folder: what a GPU machine without network needs (make gpu-pack writes it, < 60 MiB).
 GPU_CARRY ?= build/gpu-carry

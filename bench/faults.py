@@ -13,6 +13,11 @@ followed by a failing request (should be 0; before it, the server had not failed
 noticed). Then a batched model that raises for bad rows gets
 10% bad requests from 16 client threads (HTTP and gRPC): how many good requests failed, with tritonrt's
 per-request retry and with @no_retry.
+
+Worker faults (``--workers-only`` runs just these): kill -9 of one of two worker processes under load (failed
+inferences, readiness answers that were not 200, when the instance served again), and a hung callable past a
+``--timeout`` (default 10 s) execution timeout in each mode: when its request failed, then (processes) when
+the replaced worker served again, or (threads) when readiness said not ready and when the service stopped.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 from tritonrt.decorators import batch, no_retry
 from tritonrt.model_config import DynamicBatcher, ModelConfig, Tensor
-from tritonrt.triton import RecoveryPolicy, Triton, TritonConfig
+from tritonrt.models.host import HostState
+from tritonrt.triton import RecoveryPolicy, Triton, TritonConfig, WorkerMode, WorkerOptions
 
 X = Tensor(name="x", dtype=np.float32, shape=(-1,))
 Y = Tensor(name="y", dtype=np.float32, shape=(-1,))
@@ -93,7 +99,7 @@ def cause(fault: str, triton: Triton) -> None:
     port = triton.config.http_port
     server = tritonserver_of(triton)
     if fault == "lost connection":  # the instance lives in tritonserver: close the worker's end
-        connection = triton._models["double"]._workers[0]._connection
+        connection = triton._models["double"]._workers[0].listener.current
         if connection is not None:
             connection.link.sock.shutdown(socket.SHUT_RDWR)
     elif fault == "kill -9 tritonserver":
@@ -202,17 +208,132 @@ def isolation(retry: bool) -> tuple[int, int, int]:
     return len(good), good_failed, foreign
 
 
+def hang_or_double(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Doubles; a row below 0 hangs the call for -x seconds (a deadlock, a stuck GPU call)."""
+    if float(x.min()) < 0:
+        time.sleep(-float(x.min()))
+    return {"y": x * 2}
+
+
+def killed_worker() -> dict[str, float]:
+    """kill -9 of instance 0's worker process (of two) under load from 4 clients and the probes."""
+    triton = new_triton()
+    workers = WorkerOptions(mode=WorkerMode.PROCESS)
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("double", [batch(hang_or_double)] * 2, [X], [Y], config=config, workers=workers)
+    triton.run()
+    port = triton.config.http_port
+    ready: list = []
+    inferences: list = []
+    stop = threading.Event()
+    threads = [threading.Thread(target=probe, args=(port, "GET", "/v2/health/ready", None, ready, stop))]
+    threads += [
+        threading.Thread(target=probe, args=(port, "POST", "/v2/models/double/infer", BODY, inferences, stop))
+        for _ in range(4)
+    ]
+    model = triton._models["double"]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        victim = model.worker_pids()[0]
+        start = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        while model.worker_pids()[0] == victim or not model.connected():
+            time.sleep(0.005)
+            if time.monotonic() > start + 60:
+                break
+        serving = time.monotonic() - start
+        time.sleep(0.5)
+        stop.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        triton.stop()
+    return {
+        "instance serving again after s": serving,
+        "failed inferences": sum(1 for p in inferences if p[0] >= start and p[2] != 200),
+        "inferences after the kill": sum(1 for p in inferences if p[0] >= start),
+        "readiness not 200": sum(1 for p in ready if p[0] >= start and p[2] != 200),
+    }
+
+
+def hung_callable(mode: WorkerMode, timeout_s: float) -> dict[str, float]:
+    """One request that hangs past the execution timeout, with the probes running."""
+    triton = new_triton()
+    workers = WorkerOptions(mode=mode, execution_timeout_s=timeout_s)
+    triton.bind("double", batch(hang_or_double), [X], [Y], config=ModelConfig(max_batch_size=8), workers=workers)
+    triton.run()
+    if mode is WorkerMode.THREAD:  # as serve() does: stop once not alive
+        threading.Thread(target=triton.serve, kwargs={"monitoring_period_s": 0.05}, daemon=True).start()
+    port = triton.config.http_port
+    ready: list = []
+    inferences: list = []
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=probe, args=(port, "GET", "/v2/health/ready", None, ready, stop)),
+    ]
+    hang = json.dumps({"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [-3 * timeout_s]}]})
+    try:
+        for thread in threads:
+            thread.start()
+        start = time.monotonic()
+        code = status(port, "POST", "/v2/models/double/infer", hang)
+        failed = time.monotonic() - start
+        served = float("nan")
+        if mode is WorkerMode.PROCESS:
+            threads.append(
+                threading.Thread(target=probe, args=(port, "POST", "/v2/models/double/infer", BODY, inferences, stop))
+            )
+            threads[-1].start()
+            while time.monotonic() < start + failed + 60 and not any(p[2] == 200 for p in inferences):
+                time.sleep(0.01)
+            served = next((p[1] for p in inferences if p[2] == 200), float("nan")) - start - failed
+        else:
+            while triton.state is not HostState.STOPPED and time.monotonic() < start + failed + 60:
+                time.sleep(0.01)  # serve() sees it not alive and stops; stop() drains the other requests
+        stopped = time.monotonic() - start - failed
+        time.sleep(0.2)
+        stop.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        triton.stop()
+    not_ready = next((p[1] for p in ready if p[0] >= start + failed - 0.5 and p[2] != 200), float("nan"))
+    figures = {"request failed after s": failed, "its HTTP status": float(code or 0)}
+    if mode is WorkerMode.PROCESS:
+        figures["serving again after the failure s"] = served
+        figures["readiness not 200"] = sum(1 for p in ready if p[0] >= start and p[2] != 200)
+    else:
+        figures["not ready after the failure s"] = not_ready - start - failed
+        figures["stopped after the failure s"] = stopped
+        figures["failure recorded"] = float("execution timeout" in (triton.failure or ""))
+    return figures
+
+
+def report(name: str, rounds: list[dict[str, float]]) -> None:
+    print(f"{name}:")
+    for key in rounds[0]:
+        values = [r[key] for r in rounds]
+        print(f"  {key:36} median {statistics.median(values):8.3f}  (all: {', '.join(f'{v:.3f}' for v in values)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=10.0, help="the execution timeout of the hung-callable drill")
+    parser.add_argument("--workers-only", action="store_true", help="only the worker faults")
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
+    report("kill -9 of a worker process (1 of 2)", [killed_worker() for _ in range(args.rounds)])
+    for mode in WorkerMode:
+        rounds = [hung_callable(mode, args.timeout) for _ in range(args.rounds)]
+        kind = "worker threads" if mode is WorkerMode.THREAD else "worker processes"
+        report(f"hung callable, {kind}, {args.timeout:g} s timeout", rounds)
+    if args.workers_only:
+        return
     for fault in ("lost connection", "kill -9 tritonserver", "abort request", "segfault request"):
-        rounds = [one_fault(fault) for _ in range(args.rounds)]
-        print(f"{fault}:")
-        for key in rounds[0]:
-            values = [r[key] for r in rounds]
-            print(f"  {key:32} median {statistics.median(values):8.3f}  (all: {', '.join(f'{v:.3f}' for v in values)})")
+        report(fault, [one_fault(fault) for _ in range(args.rounds)])
     for retry in (True, False):
         good, failed, foreign = isolation(retry)
         label = "per-request retry" if retry else "@no_retry"

@@ -4,6 +4,7 @@ folder in a temporary repository), built against numpy 1.x: it gets numpy<2 from
 on first run), on its own import path only.
 
     python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
+                        [--workers thread|process]
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
 with a gRPC driver, interleaving the servers round by round (in reverse order every other round), and
@@ -45,11 +46,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_ready(port: int, timeout: float = 180) -> None:
+def wait_ready(port: int, timeout: float = 180, model: str = "identity") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/identity/ready", timeout=1) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/ready", timeout=1) as r:
                 if r.status == 200:
                     return
         except OSError:
@@ -58,13 +59,13 @@ def wait_ready(port: int, timeout: float = 180) -> None:
 
 
 class Server:
-    def __init__(self, name: str, command: list[str], env: dict[str, str]):
+    def __init__(self, name: str, command: list[str], env: dict[str, str], model: str = "identity"):
         self.name = name
         self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
         command = [c.format(http=self.http, grpc=self.grpc, metrics=self.metrics) for c in command]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.ready_s = None
-        if name != "plain":
+        if not name.startswith("plain"):
             lines = []
             for line in self.process.stdout:  # PyTriton prints the server's log here too
                 if line.startswith("READY"):
@@ -74,10 +75,10 @@ class Server:
             else:
                 raise RuntimeError(f"{name} failed to start:\n{''.join(lines[-20:])}")
             threading.Thread(target=self.process.stdout.read, daemon=True).start()  # keep the pipe drained
-        wait_ready(self.http)
+        wait_ready(self.http, model=model)
 
     def rss_mib(self) -> float | None:
-        if self.name == "plain":
+        if self.name.startswith("plain"):
             return None
         return psutil.Process(self.process.pid).memory_info().rss / 2**20
 
@@ -95,7 +96,7 @@ class Server:
         return total
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT if self.name == "plain" else signal.SIGTERM)
+        self.process.send_signal(signal.SIGINT if self.name.startswith("plain") else signal.SIGTERM)
         try:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
@@ -140,10 +141,10 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
-def run_wrk(port: int, script: pathlib.Path, connections: int, duration: float) -> dict:
+def run_wrk(port: int, script: pathlib.Path, connections: int, duration: float, model: str = "identity") -> dict:
     out = subprocess.run(
         ["wrk", "-t", "1", "-c", str(connections), "-d", f"{int(duration)}s", "--latency", "-s", str(script),
-         f"http://127.0.0.1:{port}/v2/models/identity/infer"],
+         f"http://127.0.0.1:{port}/v2/models/{model}/infer"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     if "Requests/sec" not in out or re.search(r"^\s+50%\s+(\S+)", out, re.M) is None:
@@ -183,7 +184,9 @@ def plain_site() -> pathlib.Path:
     return PLAIN_SITE
 
 
-def plain_repository(server_dir: pathlib.Path) -> pathlib.Path:
+def plain_repository(
+    server_dir: pathlib.Path, source: pathlib.Path = HERE / "plain", model: str = "identity"
+) -> pathlib.Path:
     """bench/plain copied into a temporary model repository (removed at exit), with the Python backend stub built
     for this interpreter in identity/: Triton's Python backend runs a stub found in the model's folder in place of
     its own, which is the stub of whichever Python installed the shared server cache."""
@@ -198,17 +201,18 @@ def plain_repository(server_dir: pathlib.Path) -> pathlib.Path:
         )
     repository = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-bench-plain-"))
     atexit.register(shutil.rmtree, repository, ignore_errors=True)
-    shutil.copytree(HERE / "plain", repository, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(stub, repository / "identity" / stub.name)
+    shutil.copytree(source, repository, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(stub, repository / model / stub.name)
     return repository
 
 
-def server_commands(args) -> dict[str, tuple[list[str], dict]]:
+def plain_server(source: pathlib.Path = HERE / "plain", model: str = "identity") -> tuple[list[str], dict]:
+    """The command and environment of tritonserver serving ``source``'s Python-backend models (the baseline)."""
     from tritonrt.server import environment
     from tritonrt.server.install import find_or_install_server
 
     server_dir = find_or_install_server()
-    repository = plain_repository(server_dir)
+    repository = plain_repository(server_dir, source, model)
     env = environment.server_environment(server_dir)
     # The stub ignores PYTHONPATH: the plain model puts BENCH_SYS_PATH first on sys.path itself.
     entries = [str(plain_site()), *(p for p in sys.path if p and os.path.isdir(p))]
@@ -220,6 +224,11 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
         "--metrics-port={metrics}", "--exit-timeout-secs=2",
         "--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=4194304",
     ]  # fmt: skip
+    return plain, plain_env
+
+
+def server_commands(args) -> dict[str, tuple[list[str], dict]]:
+    plain, plain_env = plain_server()
     serve = [
         str(HERE / "serve_identity.py"),
         "--http-port",
@@ -231,7 +240,10 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     ]
     commands = {
         "plain": (plain, plain_env),
-        "tritonrt": ([sys.executable, *serve, "--runtime", "tritonrt"], dict(os.environ)),
+        "tritonrt": (
+            [sys.executable, *serve, "--runtime", "tritonrt"],
+            dict(os.environ, TRITONRT_WORKERS=args.workers),
+        ),
     }
     if args.pytriton:
         python = HERE / ".venv-pytriton" / "bin" / "python"
@@ -248,6 +260,7 @@ def main() -> int:
     parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
+    parser.add_argument("--workers", choices=["thread", "process"], default="thread", help="tritonrt's worker mode")
     args = parser.parse_args()
     commands = server_commands(args)
     results, memory, ready = run_rounds(commands, args)

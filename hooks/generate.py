@@ -23,7 +23,7 @@ SKIP_ANYWHERE = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy
 SKIP_SUFFIXES = (".egg-info", ".pyc")
 # Left out of the vendored runtime: the template's tests (the runtime's and the backend crate's; `cargo build`
 # needs neither), cargo's build output and the backend library a wheel build places in the package.
-RUNTIME_SKIPPED = ("tests", "native/tests", "native/target", "tritonrt/_native")
+RUNTIME_SKIPPED = ("tests", "native/tests", "native/abi", "native/target", "tritonrt/_native")
 # Files that only make sense for some answers: path in the project -> is it wanted?
 OPTIONAL_FILES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "tests/test_streaming.py": lambda answers: answers["streaming"] == "yes",

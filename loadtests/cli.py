@@ -3,6 +3,7 @@
 Example::
 
     python -m loadtests --url http://localhost:8000 --users 8 --duration 30s --p95-ms 50
+    python -m loadtests tune --package my_service --model my_service   # see loadtests/tune/cli.py
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m loadtests",
         description="Load-test a Triton (KServe v2) service with Locust and check SLO gates. "
         "Exit status: 0 all gates held, 1 a gate was missed, 2 the test could not run.",
+        epilog="python -m loadtests tune --help: find the batching and instance settings that serve the most "
+        "within the SLO (make tune).",
     )
     parser.add_argument("--url", required=True, help="server address: http://host:8000, or host:8001 for gRPC")
     parser.add_argument("--users", type=_positive_int, default=1, help="concurrent users (default 1)")
@@ -85,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["tune"]:
+        from loadtests.tune.cli import main as tune
+
+        return tune(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.stream and args.protocol == "http":

@@ -59,10 +59,17 @@ def _random_array(rng: np.random.Generator, tensor: TensorSpec, shape: tuple[int
 def load_samples(folder: str | Path, spec: ModelSpec) -> list[Payload]:
     """Requests from ``folder``: each ``*.npz`` is one request (keys are input names); ``<input>.npy`` files
     together make one more request. A batching model's arrays may leave out the batch axis (one is added).
+
+    ``folder`` may also be one ``.npz`` file: for a batching model whose arrays there hold several samples
+    along the batch axis, each sample is one request; otherwise the file is one request.
     """
     root = Path(folder)
+    if root.is_file() and root.suffix == ".npz":
+        return _requests_of_file(root, spec)
     if not root.is_dir():
-        raise LoadTestSetupError(f"samples folder {root} does not exist; pass a folder of .npy/.npz files")
+        raise LoadTestSetupError(
+            f"samples folder {root} does not exist; pass a folder of .npy/.npz files, or one .npz file"
+        )
     requests: list[tuple[str, Payload]] = []
     for path in sorted(root.glob("*.npz")):
         requests.append((path.name, _read(path)))
@@ -75,6 +82,23 @@ def load_samples(folder: str | Path, spec: ModelSpec) -> list[Payload]:
             "np.savez('sample.npz', <input>=array) or one np.save('<input>.npy', array) per input"
         )
     return [_checked_sample(source, arrays, spec) for source, arrays in requests]
+
+
+def _requests_of_file(path: Path, spec: ModelSpec) -> list[Payload]:
+    """One request per sample of a batching model's file of batches; else the file as one request."""
+    arrays = _read(path)
+    known = {t.name: t for t in spec.inputs}
+    batches = spec.batched and all(
+        name in known and array.ndim == len(known[name].dims) + 1 for name, array in arrays.items()
+    )
+    counts = {len(array) for array in arrays.values()}
+    if not batches or len(counts) != 1:
+        return [_checked_sample(path.name, arrays, spec)]
+    (count,) = counts
+    return [
+        _checked_sample(f"{path.name}[{row}]", {name: array[row : row + 1] for name, array in arrays.items()}, spec)
+        for row in range(count)
+    ]
 
 
 def _read(path: Path) -> Payload:

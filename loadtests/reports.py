@@ -31,8 +31,10 @@ def write_reports(
     checks: list[Check],
     figures: Figures,
     title: str,
+    p95_gate_ms: float | None = None,
 ) -> list[Path]:
-    """Write every report file into ``folder`` (created if needed) and return their paths."""
+    """Write every report file into ``folder`` (created if needed) and return their paths; the chart draws
+    ``p95_gate_ms``, the p95 latency gate, when there is one."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = _write_locust_csv(folder, environment)
 
@@ -41,7 +43,7 @@ def write_reports(
     timeline_csv = folder / f"{PREFIX}_timeline.csv"
     timeline.write_csv(timeline_csv, until)
     chart = folder / f"{PREFIX}_chart.png"
-    timeline.write_chart(chart, until, title)
+    timeline.write_chart(chart, until, title, p95_gate_ms)
 
     summary = folder / f"{PREFIX}_summary.json"
     document = {

@@ -130,7 +130,8 @@ def run_headless(options: RunOptions) -> int:
     checks = evaluate(options.gates, figures)
     print(render_table(checks), flush=True)
     models = ", ".join(sorted({getattr(c, "model_name", c.__name__) for c in environment.user_classes}))
-    paths = write_reports(options.reports, environment, timeline, until, checks, figures, f"{models} @ {options.host}")
+    title = f"{models} @ {options.host}"
+    paths = write_reports(options.reports, environment, timeline, until, checks, figures, title, options.gates.p95_ms)
     print(f"reports: {', '.join(str(p) for p in paths)}", flush=True)
     ok = passed(checks)
     print("all gates passed" if ok else "GATES MISSED: see the FAIL rows above", flush=True)

@@ -5,7 +5,7 @@ Example::
     timeline = Timeline(start=time.monotonic())
     timeline.record(time.monotonic(), response_time_ms=4.2, failed=False)   # once per request
     timeline.write_csv("reports/loadtest_timeline.csv")
-    timeline.write_chart("reports/loadtest_chart.png", title="identity @ http://localhost:8000")
+    timeline.write_chart("reports/loadtest_chart.png", title="identity @ http://localhost:8000", p95_gate_ms=50)
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class Timeline:
 
     def set_users(self, timestamp: float, users: int) -> None:
         """Note how many users were running at ``timestamp`` (a second shows the count last noted in it)."""
+        self._advance(timestamp)  # the seconds before ``timestamp`` keep the count noted in them
         self._users = users
-        self._advance(timestamp)
 
     def seconds(self, until: float) -> list[Second]:
         """Every whole second from the start to ``until``, idle ones included. The unfinished last second is
@@ -58,6 +58,11 @@ class Timeline:
         """
         self._advance(until)
         return list(self._seconds) or [self._bucket()]
+
+    def chart_seconds(self, until: float) -> list[Second]:
+        """The seconds the chart draws: from the first full one (second 0 is the users' start-up)."""
+        rows = self.seconds(until)
+        return rows[1:] if len(rows) > 1 else rows
 
     def _advance(self, timestamp: float) -> None:
         second = max(int(timestamp - self._start), self._current)
@@ -82,15 +87,19 @@ class Timeline:
                 latencies = ["" if np.isnan(v) else f"{v:.3f}" for v in (s.p50_ms, s.p95_ms, s.p99_ms)]
                 writer.writerow([s.second, s.users, s.requests, s.failures, *latencies])
 
-    def write_chart(self, path: str | Path, until: float, title: str) -> None:
-        """A PNG with throughput (and failures, users) on top and latency percentiles below, over time."""
+    def write_chart(self, path: str | Path, until: float, title: str, p95_gate_ms: float | None = None) -> None:
+        """A PNG with throughput (and failures, users) on top and latency percentiles below, over time.
+
+        It draws ``chart_seconds``: second 0, while the users start, is left out (the CSV keeps it).
+        ``p95_gate_ms`` draws the p95 gate as a dashed red line.
+        """
         import matplotlib
 
         matplotlib.use("Agg")
         from matplotlib import pyplot as plt
         from matplotlib.ticker import MaxNLocator
 
-        rows = self.seconds(until)
+        rows = self.chart_seconds(until)
         x = [s.second for s in rows]
         figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7), constrained_layout=True)
         top.plot(x, [s.requests for s in rows], label="requests/s", color="tab:blue")
@@ -106,6 +115,8 @@ class Timeline:
         top.set_title(title)
         for name, color in (("p50_ms", "tab:green"), ("p95_ms", "tab:orange"), ("p99_ms", "tab:purple")):
             bottom.plot(x, [getattr(s, name) for s in rows], marker=".", label=name[:3], color=color)
+        if p95_gate_ms is not None:
+            bottom.axhline(p95_gate_ms, color="tab:red", linestyle="--", label=f"p95 gate ({p95_gate_ms:g} ms)")
         bottom.set_ylabel("latency (ms)")
         bottom.set_xlabel("seconds since start")
         bottom.set_ylim(bottom=0)

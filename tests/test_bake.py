@@ -61,6 +61,8 @@ VARIANTS = {
 VENDORED = ("runtime", "loadtests")
 # Skips the generated suite may report here, each with the reason it must give.
 ALLOWED_SKIPS = {"pytorch": "torch is not installed", "batching-off-streaming": "torch is not installed"}
+# Skips every variant may report: the golden-sample tests wait for `make golden`.
+ALWAYS_ALLOWED_SKIPS = ["no golden samples"]
 # The variants whose suite runs the deploy/k8s tests (marker k8s): the overlays do not depend on the tensors,
 # so the defaults and the one with two models and the longest names stand for all.
 K8S_VARIANTS = ("defaults", "long-names")
@@ -145,9 +147,9 @@ def test_lint_passes(project: Path) -> None:
 def test_make_help_lists_every_target(project: Path) -> None:
     result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
     listed = re.findall(r"make (\S+)", result.stdout)
-    expected = ["help", "install", "serve", "test", "lint", "lock", "image", "run", "wheels", "runtime-wheel",
-                "loadtest", "loadtest-ui", "update"]  # fmt: skip
-    expected += ["k8s", "checkov"]
+    expected = ["help", "install", "serve", "test", "golden", "lint", "lock", "format", "image", "run", "wheels",
+                "runtime-wheel", "loadtest", "loadtest-ui", "tune", "update"]  # fmt: skip
+    expected += ["slo", "k8s", "checkov"]
     assert listed == expected
 
 
@@ -228,7 +230,7 @@ def test_the_generated_suite_passes(project: Path, tmp_path: Path, request: pyte
                if case.find("skipped") is not None}  # fmt: skip
     # Under CI a missing tool fails the generated suite (its tests/conftest.py): no tool skip is allowed there.
     missing = [] if os.environ.get("CI") else [f"{tool} not found" for tool, path in K8S_TOOLS.items() if not path]
-    allowed = [ALLOWED_SKIPS.get(variant), *missing]
+    allowed = [ALLOWED_SKIPS.get(variant), *ALWAYS_ALLOWED_SKIPS, *missing]
     assert all(any(reason and reason in message for reason in allowed) for message in skipped.values()), skipped
     k8s = [case for case in suite.iter("testcase") if ".test_k8s_" in "." + case.get("classname", "")]
     assert len(k8s) >= (30 if variant in K8S_VARIANTS else 0) and (k8s == []) == (variant not in K8S_VARIANTS)

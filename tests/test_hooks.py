@@ -348,12 +348,14 @@ def test_the_runtime_is_vendored_with_the_backend_sources_but_no_build_output(tm
     source, destination = tmp_path / "runtime", tmp_path / "project" / "runtime"
     make_tree(source, ["setup.py", "native/Cargo.toml", "native/Cargo.lock", "native/src/lib.rs",
                        "native/src/wire/mod.rs", "native/tests/golden/hello.bin", "native/tests/spec.rs",
+                       "native/abi/triton/core/tritonserver.h", "native/debian_cargo.py",
                        "native/target/release/libtriton_tritonrt.so", "native/target/release/deps/x.rlib",
                        "tritonrt/__init__.py", "tritonrt/_native/libtriton_tritonrt.so",
                        "tests/test_x.py"])  # fmt: skip
     copied = generate.vendor(source, destination, skip=generate.RUNTIME_SKIPPED)
-    assert sorted(map(str, copied)) == ["native/Cargo.lock", "native/Cargo.toml", "native/src/lib.rs",
-                                        "native/src/wire/mod.rs", "setup.py", "tritonrt/__init__.py"]  # fmt: skip
+    assert sorted(map(str, copied)) == ["native/Cargo.lock", "native/Cargo.toml", "native/debian_cargo.py",
+                                        "native/src/lib.rs", "native/src/wire/mod.rs", "setup.py",
+                                        "tritonrt/__init__.py"]  # fmt: skip
 
 
 def test_vendor_keeps_the_files_the_template_already_wrote(tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ RUNTIME_LINE = "# a change of the runtime in the template's commit B\n"
 NEW_FILE = "{{cookiecutter.project}}/docs/UPDATED.md"
 # The user's edits: one line of the model, a line at the end of the README, a file of their own.
 MODEL = "src/my_service/model.py"
-OLD_SCALE, NEW_SCALE = "self.scale = 1.0 ", "self.scale = 2.5 "
+OLD_SCALE = "self.scale = placeholder.load_scale(weights)"
+NEW_SCALE = "self.scale = 2.5 * placeholder.load_scale(weights)"
 USER_LINE = "\nNotes of the service's owners.\n"
 
 

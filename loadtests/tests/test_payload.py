@@ -130,3 +130,22 @@ def test_samples_folder_must_exist_and_hold_samples(tmp_path):
         load_samples(tmp_path / "missing", IMAGE)
     with pytest.raises(LoadTestSetupError, match="holds no .npz or .npy files"):
         load_samples(tmp_path, IMAGE)
+
+
+def test_one_npz_file_of_a_batch_gives_one_request_per_sample(tmp_path):
+    images = np.arange(6 * 48, dtype=np.uint8).reshape(6, 3, 4, 4)  # 6 samples: more than max_batch_size
+    np.savez(tmp_path / "digits.npz", image=images)
+
+    requests = load_samples(tmp_path / "digits.npz", IMAGE)
+
+    assert len(requests) == 6
+    for row, request in enumerate(requests):
+        np.testing.assert_array_equal(request["image"], images[row : row + 1])
+
+
+def test_one_npz_file_of_one_sample_is_one_request(tmp_path):
+    np.savez(tmp_path / "one.npz", x=np.ones((2, 5), dtype=np.float32))
+
+    [request] = load_samples(tmp_path / "one.npz", UNBATCHED)
+
+    assert request["x"].shape == (2, 5)

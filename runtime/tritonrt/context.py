@@ -37,7 +37,7 @@ TRITON_CONTEXT_ATTRIBUTE = "__triton_context__"
 """The attribute of a bound callable (or its object) that holds its TritonContext."""
 
 
-class ModelConfigDict(MutableMapping):
+class ModelConfigDict(MutableMapping[Callable[..., Any], TritonModelConfig]):
     """Maps inference callables to their model config.
 
     A callable is found under the same entry however it is reached: through any number of decorator
@@ -54,10 +54,10 @@ class ModelConfigDict(MutableMapping):
 
     def __init__(self) -> None:
         self._data: dict[tuple[int, ...], TritonModelConfig] = {}
-        self._keys: dict[tuple[int, ...], Callable] = {}  # holds the callables, so their ids stay theirs
+        self._keys: dict[tuple[int, ...], Callable[..., Any]] = {}  # holds the callables, so their ids stay theirs
 
     @staticmethod
-    def _key(infer_callable: Callable) -> tuple[int, ...]:
+    def _key(infer_callable: Callable[..., Any]) -> tuple[int, ...]:
         target: Any = infer_callable
         seen: set[int] = set()
         while id(target) not in seen:
@@ -73,20 +73,20 @@ class ModelConfigDict(MutableMapping):
             target = inner
         return (id(target),)
 
-    def __getitem__(self, infer_callable: Callable) -> TritonModelConfig:
+    def __getitem__(self, infer_callable: Callable[..., Any]) -> TritonModelConfig:
         return self._data[self._key(infer_callable)]
 
-    def __setitem__(self, infer_callable: Callable, config: TritonModelConfig) -> None:
+    def __setitem__(self, infer_callable: Callable[..., Any], config: TritonModelConfig) -> None:
         key = self._key(infer_callable)
         self._keys[key] = infer_callable
         self._data[key] = config
 
-    def __delitem__(self, infer_callable: Callable) -> None:
+    def __delitem__(self, infer_callable: Callable[..., Any]) -> None:
         key = self._key(infer_callable)
         del self._data[key]
         del self._keys[key]
 
-    def __iter__(self) -> Iterator[Callable]:
+    def __iter__(self) -> Iterator[Callable[..., Any]]:
         return iter(list(self._keys.values()))
 
     def __len__(self) -> int:
@@ -100,7 +100,7 @@ class TritonContext:
     model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict)
 
 
-def bind_triton_context(infer_callable: Callable, context: TritonContext) -> None:
+def bind_triton_context(infer_callable: Callable[..., Any], context: TritonContext) -> None:
     """Attach ``context`` to an inference callable so its decorators can find it (used by ``Triton.bind``).
 
     The context goes on the object of a bound method, on a callable object itself, and on a function and
@@ -132,7 +132,7 @@ def bind_triton_context(infer_callable: Callable, context: TritonContext) -> Non
             ) from error
 
 
-def get_triton_context(wrapped: Callable, instance: Any) -> TritonContext:
+def get_triton_context(wrapped: Callable[..., Any], instance: Any) -> TritonContext:
     """Return the TritonContext attached by ``Triton.bind`` to the callable (``instance`` for methods).
 
     Use it in custom ``wrapt`` decorators; ``@triton_context`` passes it to the callable instead.
@@ -146,7 +146,7 @@ def get_triton_context(wrapped: Callable, instance: Any) -> TritonContext:
     """
     owner = instance if instance is not None else wrapped
     context = getattr(owner, TRITON_CONTEXT_ATTRIBUTE, None)
-    if context is None:
+    if not isinstance(context, TritonContext):
         raise PyTritonValidationError(
             f"Inference callable {wrapped!r} has no Triton context: a decorator that needs the model "
             "config (@triton_context, @fill_optionals, @first_value, @pad_batch, or list/tuple outputs) can "
@@ -155,7 +155,7 @@ def get_triton_context(wrapped: Callable, instance: Any) -> TritonContext:
     return context
 
 
-def get_model_config(wrapped: Callable, instance: Any) -> TritonModelConfig:
+def get_model_config(wrapped: Callable[..., Any], instance: Any) -> TritonModelConfig:
     """Return the TritonModelConfig the callable was bound with, from inside any decorator layer.
 
     Example::

@@ -37,8 +37,9 @@ from tritonrt.constants import (
 from tritonrt.exceptions import PyTritonInvalidOperationError
 from tritonrt.models import trace
 from tritonrt.models.bound import BoundModel
-from tritonrt.models.host import MONITORING_PERIOD_S, ModelHost
+from tritonrt.models.host import MONITORING_PERIOD_S, HostState, ModelHost
 from tritonrt.models.remote import RemoteModels
+from tritonrt.models.workers import WorkerInfo, WorkerMode, WorkerOptions
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
@@ -73,6 +74,9 @@ __all__ = [
     "TritonLifecyclePolicy",
     "TritonSecurityConfig",
     "VertextAILifecyclePolicy",
+    "WorkerInfo",
+    "WorkerMode",
+    "WorkerOptions",
 ]
 
 LOGGER = logging.getLogger("tritonrt")
@@ -114,29 +118,30 @@ class Triton(ModelHost):
     def run(self) -> None:
         """Start the server with the bound models and return once they are ready."""
         with self._lock:
-            if self._running:
+            if self._state in (HostState.STARTING, HostState.SERVING):
                 return
             server_dir = find_or_install_server()
             env = environment.server_environment(server_dir)
             self._check_ports()
             self._make_socket_dir()
             self.failure = None
-            self._stopping = False
+            self._move(HostState.STARTING)
             self._server_files = server_dir, env
             try:
                 self._start_with_models()
             except BaseException:
-                self._stopping = True
+                self._move(HostState.STOPPING)
                 self._shutdown()
+                self._move(HostState.STOPPED)
                 raise
-            self._running = True
+            self._move(HostState.SERVING)
             self._start_supervisor(self._restart_server)
             atexit.register(self.stop)
 
     def connect(self) -> None:
         """Nothing to do once the server runs (run() and entering ``with`` connect); raises
         PyTritonInvalidOperationError when it does not."""
-        if not self._running:
+        if self._state is not HostState.SERVING:
             raise PyTritonInvalidOperationError(
                 "This Triton's server is not running, so there is nothing to connect to: start it with run() or "
                 "serve() (entering `with Triton()` does, unless the lifecycle policy says otherwise)."
@@ -155,7 +160,7 @@ class Triton(ModelHost):
     def _restart_server(self) -> None:
         """Start tritonserver again with the bound models, after it exited unasked (the supervisor's call)."""
         with self._lock:
-            if self._stopping:
+            if self._winding_down():
                 return
             self._close_models()  # the exited server's guard removed their folders and regions
             self._api = None
@@ -221,14 +226,14 @@ class Triton(ModelHost):
 
     def _on_server_exit(self, code: int, generation: int) -> None:
         with self._cv:
-            unasked = not self._stopping and generation == self._generation and self._supervisor is not None
+            unasked = not self._winding_down() and generation == self._generation and self._supervisor is not None
             self._cv.notify_all()
         if unasked and self._supervisor is not None:
             self._supervisor.server_exited(code)
 
     def is_alive(self) -> bool:
         """True while the server and every bound model's workers run, or while they are being brought back."""
-        if not self._running or self.failure is not None:
+        if self._state is not HostState.SERVING or self.failure is not None:
             return False
         if self._recovering():
             return True
@@ -240,29 +245,44 @@ class Triton(ModelHost):
         Returns True when this call stopped a server, False when there was none to stop (as PyTriton 0.7).
         """
         with self._cv:
-            if self._stopping and not self._running:
+            if self._winding_down():
                 return False
-            self._stopping = True
-            was_running = self._running
-            self._running = False
+            was_running = self._move(HostState.STOPPING) is HostState.SERVING
         atexit.unregister(self.stop)
         self._stop_supervisor()
         stopped = was_running or self._server is not None
-        if stopped:
-            self._shutdown()
-        if self._own_workspace:
-            shutil.rmtree(self._workspace, ignore_errors=True)
-        with self._cv:
-            self._cv.notify_all()
+        try:  # a second Ctrl+C interrupts the drain (the server is then killed): clean up all the same
+            if stopped:
+                self._shutdown()
+        finally:
+            if self._own_workspace:
+                shutil.rmtree(self._workspace, ignore_errors=True)
+            self._move(HostState.STOPPED)
         return stopped
 
+    def kill(self) -> None:
+        """Stop at once: kill tritonserver without waiting for the requests in flight (they get no answer).
+
+        For a second stop signal while ``stop()`` drains (``serve()`` does this on a second Ctrl+C); may be called
+        from a signal handler or another thread. ``stop()`` still cleans up (the drain then ends at once).
+        """
+        server = self._server
+        if server is not None:
+            LOGGER.warning("Stopping at once: killing tritonserver; requests still in flight get no answer")
+            server.kill()
+
+    def _stop_at_once(self) -> None:
+        self.kill()
+
     def _shutdown(self) -> None:
-        if self._server is not None:
-            exit_timeout = self._config.exit_timeout_secs
-            self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+        try:
+            if self._server is not None:
+                exit_timeout = self._config.exit_timeout_secs
+                self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+        finally:
             self._server = None
-        self._close_models()
-        self._api = None
+            self._close_models()
+            self._api = None
 
 
 class RemoteTriton(ModelHost):
@@ -306,13 +326,18 @@ class RemoteTriton(ModelHost):
     def connect(self) -> None:
         """Wait for the remote server to be ready (up to 120 s; else TimeoutError), then load the bound models."""
         with self._lock:
-            if self._running:
+            if self._state in (HostState.STARTING, HostState.SERVING):
                 return
-            self._remote.wait_until_ready(DEFAULT_TRITON_STARTUP_TIMEOUT_S)
+            self._move(HostState.STARTING)
+            try:
+                self._remote.wait_until_ready(DEFAULT_TRITON_STARTUP_TIMEOUT_S)
+            except BaseException:
+                self._move(HostState.STOPPING)
+                self._move(HostState.STOPPED)
+                raise
             self._make_socket_dir()
             self.failure = None
-            self._stopping = False
-            self._running = True  # from here on, stop() unloads what loaded and stops the workers
+            self._move(HostState.SERVING)  # from here on, stop() unloads what loaded and stops the workers
             try:
                 for model in self._models.values():
                     self._deploy(model)
@@ -324,9 +349,12 @@ class RemoteTriton(ModelHost):
 
     run = connect
 
+    def _stop_at_once(self) -> None:
+        """Nothing to kill: the server belongs to another process; stop() unloads this process's models."""
+
     def is_alive(self) -> bool:
         """True while the remote server is live and the bound models' workers run."""
-        return self._running and self._models_alive() and self._server_api().is_live()
+        return self._state is HostState.SERVING and self._models_alive() and self._server_api().is_live()
 
     def stop(self) -> bool:
         """Unload the models from the remote server and stop their workers; the server keeps running.
@@ -334,17 +362,15 @@ class RemoteTriton(ModelHost):
         Returns True when this call stopped serving, False when it was not serving (as PyTriton 0.7).
         """
         with self._cv:
-            if not self._running:
+            if self._state is not HostState.SERVING:
                 return False
-            self._running = False
-            self._stopping = True
+            self._move(HostState.STOPPING)
         atexit.unregister(self.stop)
         self._stop_supervisor()
         for model in self._models.values():
             self._remote.unload(model)
         self._close_models()
-        with self._cv:
-            self._cv.notify_all()
+        self._move(HostState.STOPPED)
         return True
 
 

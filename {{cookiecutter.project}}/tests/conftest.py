@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import pytest
@@ -158,11 +158,35 @@ def outputs_of(prediction: Prediction) -> dict[str, np.ndarray]:
     return {tensor.name: getattr(prediction, tensor.name) for tensor in spec.OUTPUTS}
 
 
-def assert_outputs_equal(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
-    """Same output names, shapes and values (bytes outputs may come back as object arrays)."""
+class Tolerance(NamedTuple):
+    """How far a float may be from the expected value: ``|actual - expected| <= atol + rtol * |expected|``."""
+
+    rtol: float
+    atol: float
+
+
+# Per float dtype: room for a batched, reordered or GPU computation of the same model (Triton batches the
+# requests; sums then run in another order). Integers, booleans and bytes must match exactly. Tighten or
+# loosen them for your model here.
+TOLERANCES = {
+    np.dtype(np.float16): Tolerance(rtol=1e-2, atol=1e-3),
+    np.dtype(np.float32): Tolerance(rtol=1e-4, atol=1e-6),
+    np.dtype(np.float64): Tolerance(rtol=1e-7, atol=1e-12),
+}
+
+
+def assert_outputs_close(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    """Same output names, shapes and dtypes; values exact for integers, booleans and bytes, and within
+    ``TOLERANCES`` for floats (bytes outputs may come back as object arrays)."""
     assert sorted(actual) == sorted(expected)
     for name, value in expected.items():
         assert actual[name].shape == value.shape, name
         if value.dtype.kind != "S":
             assert actual[name].dtype == value.dtype, name
-        np.testing.assert_array_equal(actual[name], value, err_msg=name)
+        tolerance = TOLERANCES.get(value.dtype)
+        if tolerance is None:
+            np.testing.assert_array_equal(actual[name], value, err_msg=name)
+        else:
+            np.testing.assert_allclose(
+                actual[name], value, rtol=tolerance.rtol, atol=tolerance.atol, err_msg=name
+            )

@@ -26,6 +26,8 @@ from typing import Any
 import yaml
 from conftest import skip_or_fail_under_ci
 
+from tools.slo import read_objectives
+
 __all__ = [
     "CRD_KINDS",
     "DEPLOY_DIR",
@@ -37,6 +39,7 @@ __all__ = [
     "PROJECT_DIR",
     "container",
     "crd_schema",
+    "deploy_copy",
     "environment",
     "find",
     "quantity",
@@ -92,11 +95,21 @@ def require_tool(name: str) -> str:
     skip_or_fail_under_ci(f"{name} not found: {_INSTALL[name]}")
 
 
-def render(output: Path, image: str = IMAGE, project: Path = PROJECT_DIR) -> dict[str, list[dict[str, Any]]]:
+def deploy_copy(folder: Path) -> Path:
+    """``folder`` with a copy of this project's Makefile and deploy/: what ``make k8s`` reads and writes
+    (it writes a token when there is none), so the tests leave the project as it was."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT_DIR / "Makefile", folder)
+    shutil.copytree(PROJECT_DIR / "deploy", folder / "deploy", dirs_exist_ok=True)
+    return folder
+
+
+def render(output: Path, image: str = IMAGE, project: Path | None = None) -> dict[str, list[dict[str, Any]]]:
     """``make k8s IMAGE=image`` into ``output``; the objects of each overlay, as kubectl would apply them.
 
-    ``project``: a copy of this project's Makefile and deploy/ to render instead (one with a real token)."""
+    ``project``: where to run it, a ``deploy_copy``; by default a new one in ``output``."""
     require_tool("kubectl")
+    project = project or deploy_copy(output / "project")
     result = subprocess.run(
         ["make", "--no-print-directory", "k8s", f"IMAGE={image}", f"K8S_DIR={output}"],
         cwd=project,
@@ -147,8 +160,7 @@ def quantity(text: str | int) -> float:
 
 def slo() -> dict[str, str]:
     """deploy/k8s/base/slo.env: the objectives and the autoscaler's target, name -> value."""
-    lines = (DEPLOY_DIR / "base" / "slo.env").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+    return read_objectives(DEPLOY_DIR / "base" / "slo.env")
 
 
 def crd_schema(kind: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,6 +57,21 @@ def test_values_that_do_not_convert_without_loss_are_refused() -> None:
     value = spec.example(TENSOR).shape
     with pytest.raises(ValueError, match=TENSOR.name):
         spec.as_input(TENSOR, np.ones(value, dtype=np.complex128), batched=False)
+
+
+def test_the_command_line_names_what_an_input_file_lacks(tmp_path: Path) -> None:
+    path = tmp_path / "inputs.npz"
+    np.savez(path, unknown=np.zeros(3))
+    result = subprocess.run(
+        [sys.executable, "-m", f"{PACKAGE}.client", "--input", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert f"{path}: the model's inputs are" in result.stderr
+    missing = ", ".join(sorted(tensor.name for tensor in spec.INPUTS))
+    assert f"missing: {missing}; unknown: unknown" in result.stderr
 
 
 def test_the_command_line_says_what_to_do_when_no_service_answers() -> None:

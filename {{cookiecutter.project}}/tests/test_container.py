@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import os
 import re
 import subprocess
@@ -34,7 +35,7 @@ from pathlib import Path
 import docker
 import pytest
 import requests
-from conftest import MODEL_NAMES, assert_outputs_equal, expected_outputs, skip_or_fail_under_ci
+from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs, skip_or_fail_under_ci
 from docker.errors import APIError, DockerException, ImageNotFound
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
@@ -267,7 +268,7 @@ def test_the_client_gets_the_model_outputs(service: Running, protocol: str) -> N
     url = service.http_url if protocol == "http" else service.grpc_url
     with Client(url) as client:
         prediction = client.predict(**spec.example_inputs())
-    assert_outputs_equal(dataclasses.asdict(prediction), expected_outputs())
+    assert_outputs_close(dataclasses.asdict(prediction), expected_outputs())
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -287,6 +288,26 @@ def test_the_runtime_is_installed_with_its_backend_library(service: Running) -> 
     assert status == 0, path
     shipped = r"/opt/venv/lib/python3\.\d+/site-packages/tritonrt/_native/libtriton_tritonrt\.so"
     assert re.fullmatch(shipped, path), path
+
+
+def test_the_image_serves_with_the_packaged_weights(service: Running) -> None:
+    # The service's wheel carries src/<package>/weights/: the model in the image loads the files from there
+    # (the outputs equal those of the model run here, test_the_client_gets_the_model_outputs).
+    listing = (
+        "import hashlib; from {{ cookiecutter.package }}.model_files import model_dir; "
+        "d = model_dir(); print(d); "
+        "[print(p.relative_to(d).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest()) "
+        "for p in sorted(d.rglob('*')) if p.is_file()]"
+    )
+    status, output = service.wrapped.exec_run(["python", "-c", listing])
+    lines = output.decode(errors="replace").splitlines()
+    assert status == 0, lines
+    installed = r"/opt/venv/lib/python3\.\d+/site-packages/{{ cookiecutter.package }}/weights"
+    assert re.fullmatch(installed, lines[0]), lines[0]
+    weights = PROJECT_DIR / "src" / "{{ cookiecutter.package }}" / "weights"
+    local = [f"{path.relative_to(weights).as_posix()} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+             for path in sorted(weights.rglob("*")) if path.is_file()]  # fmt: skip
+    assert lines[1:] == local
 
 
 def test_every_process_runs_as_non_root(engine: docker.DockerClient, service: Running) -> None:
@@ -333,7 +354,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(fresh: Callable[..., Runn
             time.sleep(0.05)
         running.wrapped.kill(signal="SIGTERM")
         for future in futures:
-            assert_outputs_equal(dataclasses.asdict(future.result()), expected_outputs())
+            assert_outputs_close(dataclasses.asdict(future.result()), expected_outputs())
     assert running.wait_exit(DRAIN_EXIT_TIMEOUT_S + 30) == 0, running.logs()
 
 
@@ -393,4 +414,4 @@ def test_a_dead_tritonserver_is_restarted_in_the_container(fresh: Callable[..., 
         assert time.monotonic() < deadline, running.logs()
         time.sleep(0.2)
     with Client(running.http_url) as client:
-        assert_outputs_equal(dataclasses.asdict(client.predict(**spec.example_inputs())), expected_outputs())
+        assert_outputs_close(dataclasses.asdict(client.predict(**spec.example_inputs())), expected_outputs())

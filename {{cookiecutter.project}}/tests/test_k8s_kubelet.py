@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -27,9 +26,9 @@ from typing import Any
 import docker
 import pytest
 import requests
-from conftest import MODEL_NAMES, assert_outputs_equal, expected_outputs, outputs_of
+from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs, outputs_of
 from load import Load
-from manifests import PROJECT_DIR, container, environment, find, quantity, render
+from manifests import container, deploy_copy, environment, find, quantity, render
 from test_container import engine, image, report  # noqa: F401 (fixtures: the engine, the image built here)
 
 from {{ cookiecutter.package }} import spec
@@ -57,9 +56,7 @@ class Pod:
 @pytest.fixture(scope="module")
 def objects(engine: docker.DockerClient, image: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:  # noqa: F811
     """The overlay for this engine, rendered for the test image from a copy of deploy/ with a real token."""
-    copy = tmp_path_factory.mktemp("project")
-    shutil.copy(PROJECT_DIR / "Makefile", copy)
-    shutil.copytree(PROJECT_DIR / "deploy", copy / "deploy")
+    copy = deploy_copy(tmp_path_factory.mktemp("project"))
     (copy / "deploy" / "k8s" / "base" / "access-token").write_text(secrets.token_urlsafe(32) + "\n")
     overlay = "gpu" if "nvidia" in engine.info().get("Runtimes", {}) else "cpu"
     return render(copy / "build", image, project=copy)[overlay]
@@ -177,10 +174,10 @@ def test_ready_within_the_startup_budget_then_ready_and_live(pod: Pod, ready: fl
 def test_inference_through_the_named_ports(pod: Pod, ready: float, port: str) -> None:
     url = pod.urls[port].replace("http://", "grpc://") if port == "grpc" else pod.urls[port]
     with Client(url) as client:
-        assert_outputs_equal(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
+        assert_outputs_close(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
         if spec.BATCHING:  # the largest batch fits in the memory the pod is given
             batch = client.predict_batch(**spec.example_inputs(spec.MAX_BATCH_SIZE))
-            assert_outputs_equal(outputs_of(batch), expected_outputs(spec.MAX_BATCH_SIZE))
+            assert_outputs_close(outputs_of(batch), expected_outputs(spec.MAX_BATCH_SIZE))
 
 
 def test_the_secrets_token_unlocks_the_restricted_endpoints(pod: Pod, ready: float) -> None:

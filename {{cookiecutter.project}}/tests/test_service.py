@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
-{%- if batching %}
 import re
+{%- if batching %}
 import signal
 {%- endif %}
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 {%- endif %}
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from conftest import (
@@ -28,8 +31,9 @@ from conftest import (
     PACKAGE,
     PROJECT_DIR,
     Service,
-    assert_outputs_equal,
+    assert_outputs_close,
     expected_outputs,
+    free_ports,
     model_ready,
     outputs_of,
     start_service,
@@ -53,15 +57,16 @@ def url(service: Service, protocol: str) -> str:
 def test_predict(service: Service, protocol: str) -> None:
     with Client(url(service, protocol)) as client:
         prediction = client.predict(**spec.example_inputs())
-    assert_outputs_equal(outputs_of(prediction), expected_outputs())
+    assert_outputs_close(outputs_of(prediction), expected_outputs())
 {%- if batching %}
 
 
+@pytest.mark.parametrize("count", [3, 2 * spec.MAX_BATCH_SIZE + 3])  # more than MAX_BATCH_SIZE: in batches
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_predict_batch(service: Service, protocol: str) -> None:
+def test_predict_batch(service: Service, protocol: str, count: int) -> None:
     with Client(url(service, protocol)) as client:
-        prediction = client.predict_batch(**spec.example_inputs(3))
-    assert_outputs_equal(outputs_of(prediction), expected_outputs(3))
+        prediction = client.predict_batch(**spec.example_inputs(count))
+    assert_outputs_close(outputs_of(prediction), expected_outputs(count))
 {%- endif %}
 
 
@@ -70,11 +75,11 @@ async def test_async_client(service: Service, protocol: str) -> None:
     async with AsyncClient(url(service, protocol)) as client:
         prediction = await client.predict(**spec.example_inputs())
 {%- if batching %}
-        batch = await client.predict_batch(**spec.example_inputs(2))
+        batch = await client.predict_batch(**spec.example_inputs(2 * spec.MAX_BATCH_SIZE + 3))
 {%- endif %}
-    assert_outputs_equal(outputs_of(prediction), expected_outputs())
+    assert_outputs_close(outputs_of(prediction), expected_outputs())
 {%- if batching %}
-    assert_outputs_equal(outputs_of(batch), expected_outputs(2))
+    assert_outputs_close(outputs_of(batch), expected_outputs(2 * spec.MAX_BATCH_SIZE + 3))
 {%- endif %}
 
 
@@ -103,6 +108,28 @@ def test_the_command_line_sends_a_batch(service: Service) -> None:
 {%- endif %}
 
 
+@pytest.mark.parametrize("suffix", [".npz", ".json"] + ([".npy"] if len(spec.INPUTS) == 1 else []))
+def test_the_command_line_sends_the_inputs_of_a_file(service: Service, suffix: str, tmp_path: Path) -> None:
+    inputs = spec.example_inputs({{ "3" if batching }})
+    path = tmp_path / f"inputs{suffix}"
+    if suffix == ".npz":
+        np.savez(path, **inputs)
+    elif suffix == ".npy":
+        np.save(path, next(iter(inputs.values())))
+    else:  # JSON: bytes values as strings
+        plain = {
+            name: np.char.decode(value) if value.dtype.kind == "S" else value
+            for name, value in inputs.items()
+        }
+        path.write_text(json.dumps({name: value.tolist() for name, value in plain.items()}))
+    command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.http_url, "--input", str(path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    printed = [re.match(r"(\w+): \w+ (\([^)]*\))", line) for line in result.stdout.splitlines()]
+    shapes = {match.group(1): match.group(2) for match in printed if match}
+    assert shapes == {name: str(value.shape) for name, value in expected_outputs({{ "3" if batching }}).items()}
+
+
 def test_the_access_token_unlocks_the_restricted_endpoints(service: Service) -> None:
     index = urllib.request.Request(f"{service.http_url}/v2/repository/index", data=b"{}", method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -122,6 +149,26 @@ def test_a_short_load_test_meets_its_gates(service: Service, protocol: str, tmp_
     result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all gates passed" in result.stdout
+
+
+def test_a_busy_port_is_named_by_the_services_variable() -> None:
+    http_port, grpc_port, metrics_port = free_ports(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", grpc_port))
+        taken.listen()
+        env = {
+            **os.environ,
+            f"{PREFIX}HTTP_PORT": str(http_port),
+            f"{PREFIX}GRPC_PORT": str(grpc_port),
+            f"{PREFIX}METRICS_PORT": str(metrics_port),
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", PACKAGE], env=env, capture_output=True, text=True, timeout=WAIT_S
+        )
+    assert result.returncode == 1
+    assert f"gRPC port {grpc_port} on 127.0.0.1 is already in use" in result.stderr
+    assert f"{PREFIX}GRPC_PORT=<port>" in result.stderr
+    assert "PYTRITON_TRITON_CONFIG" not in result.stderr
 
 
 def test_sigterm_stops_the_service_and_its_tritonserver(tmp_path: Path) -> None:
@@ -154,8 +201,9 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
             service.process.send_signal(signal.SIGTERM)
             predictions = [future.result() for future in futures]
         for prediction in predictions:
-            assert_outputs_equal(outputs_of(prediction), expected_outputs())
-        assert service.stop() == 0, service.output()
+            assert_outputs_close(outputs_of(prediction), expected_outputs())
+        # It may still be draining: wait (a second SIGTERM, as service.stop() sends, would stop it at once).
+        assert service.process.wait(timeout=WAIT_S) == 0, service.output()
     finally:
         service.stop()
 
@@ -193,7 +241,7 @@ def test_a_dead_tritonserver_is_restarted_and_serves_again(tmp_path: Path) -> No
             time.sleep(0.2)
         assert all(model_ready(service, name) for name in MODEL_NAMES)
         with Client(service.http_url) as client:
-            assert_outputs_equal(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
+            assert_outputs_close(outputs_of(client.predict(**spec.example_inputs())), expected_outputs())
         assert tritonserver_of(service).pid != dead.pid
         assert "SIGKILL" in service.output()
         assert service.stop() == 0, service.output()
@@ -223,7 +271,7 @@ def test_requiring_the_token_closes_every_endpoint_but_health(tmp_path: Path) ->
                     client.predict(**spec.example_inputs())
             with Client(url(service, protocol), access_token=ACCESS_TOKEN) as client:
                 prediction = client.predict(**spec.example_inputs())
-            assert_outputs_equal(outputs_of(prediction), expected_outputs())
+            assert_outputs_close(outputs_of(prediction), expected_outputs())
         command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", service.grpc_url, "--timeout-s", "30"]
         refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert refused.returncode == 1

@@ -1,3 +1,4 @@
+{%- set pytorch = cookiecutter.framework == "pytorch" -%}
 """Unit tests of the settings: defaults, parsing, and a clear error for every bad value."""
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ TOKEN = "s3cret-token_0123456789"
 
 
 def env(**variables: str) -> dict[str, str]:
-    return {PREFIX + name: value for name, value in variables.items()}
+    """The variables named, and no tuning file (tuning.json, if `make tune` wrote one, stays out)."""
+    return {PREFIX + "TUNING_FILE": os.devnull} | {PREFIX + name: value for name, value in variables.items()}
 
 
 def test_defaults_when_nothing_is_set() -> None:
-    assert Settings.from_env({}) == Settings()
-    assert Settings() == Settings(8000, 8001, 8002, "INFO", 1, 100, None, 30, False, "127.0.0.1", 3)
+    assert Settings.from_env(env()) == Settings()
+    assert Settings() == Settings(
+        8000, 8001, 8002, "INFO", {{ 0 if pytorch else 1 }}, 100, None, 30, False, "127.0.0.1", 3, "{{ "process" if pytorch else "thread" }}", 60
+    )
 
 
 def test_every_variable_is_read() -> None:
@@ -37,9 +41,12 @@ def test_every_variable_is_read() -> None:
             REQUIRE_TOKEN="yes",
             BIND_ADDRESS="0.0.0.0",
             RESTARTS="0",
+            WORKERS="{{ "Thread" if pytorch else "Process" }}",
+            EXECUTION_TIMEOUT_S="0",
         )
     )
-    assert settings == Settings(9000, 9001, 9002, "DEBUG", 3, 0, TOKEN, 5, True, "0.0.0.0", 0)
+    expected = Settings(9000, 9001, 9002, "DEBUG", 3, 0, TOKEN, 5, True, "0.0.0.0", 0, "{{ "thread" if pytorch else "process" }}", 0)
+    assert settings == expected
 
 
 def test_empty_values_mean_the_default() -> None:
@@ -54,8 +61,10 @@ def test_empty_values_mean_the_default() -> None:
         ("METRICS_PORT", "0", "whole number from 1 to 65535"),
         ("METRICS_PORT", "-1", "whole number from 1 to 65535"),
         ("LOG_LEVEL", "LOUD", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
-        ("INSTANCES", "0", "whole number from 1 to 64"),
-        ("INSTANCES", "1.5", "whole number from 1 to 64"),
+        ("INSTANCES", "65", "whole number from 0 to 64"),
+        ("INSTANCES", "1.5", "whole number from 0 to 64"),
+        ("WORKERS", "fibers", "one of thread, process"),
+        ("EXECUTION_TIMEOUT_S", "-1", "whole number from 0 to 86400"),
         ("MAX_QUEUE_DELAY_US", "10000001", "whole number from 0 to 10000000"),
         ("EXIT_TIMEOUT_S", "soon", "whole number from 0 to 3600"),
         ("RESTARTS", "-1", "whole number from 0 to 100"),

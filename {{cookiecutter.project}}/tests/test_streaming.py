@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PACKAGE, Service, assert_outputs_equal, expected_outputs, outputs_of
+from conftest import PACKAGE, Service, assert_outputs_close, expected_outputs, outputs_of
 from tritonrt.client.exceptions import PyTritonClientValueError
 from tritonrt.proxy.types import Request
 
@@ -24,12 +24,20 @@ def test_infer_stream_yields_every_chunk_for_each_request() -> None:
 {%- if batching %}
         outputs = {name: value[0] for name, value in outputs.items()}  # the request's one sample
 {%- endif %}
-        assert_outputs_equal(outputs, expected_outputs())
+        assert_outputs_close(outputs, expected_outputs())
 
 
 def test_streaming_over_http_is_refused_with_the_fix() -> None:
     with Client("http://127.0.0.1:8000") as client, pytest.raises(PyTritonClientValueError, match="grpc://"):
         client.stream(**spec.example_inputs())
+
+
+def test_the_command_line_refuses_to_stream_over_http() -> None:
+    command = [sys.executable, "-m", f"{PACKAGE}.client", "--url", "http://127.0.0.1:8000", "--stream"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--stream needs gRPC: give --url grpc://" in result.stderr
+    assert "make serve" not in result.stderr
 
 
 @pytest.mark.integration
@@ -38,7 +46,7 @@ def test_stream_over_grpc(service: Service) -> None:
         predictions = list(client.stream(**spec.example_inputs()))
     assert len(predictions) == STREAM_CHUNKS
     for prediction in predictions:
-        assert_outputs_equal(outputs_of(prediction), expected_outputs())
+        assert_outputs_close(outputs_of(prediction), expected_outputs())
 
 
 @pytest.mark.integration
@@ -47,7 +55,7 @@ async def test_async_stream_over_grpc(service: Service) -> None:
         predictions = [prediction async for prediction in client.stream(**spec.example_inputs())]
     assert len(predictions) == STREAM_CHUNKS
     for prediction in predictions:
-        assert_outputs_equal(outputs_of(prediction), expected_outputs())
+        assert_outputs_close(outputs_of(prediction), expected_outputs())
 
 
 @pytest.mark.integration

@@ -1,20 +1,8 @@
 //! What the executor needs from a batch of requests: Triton's (`triton::requests`) or a test's.
 
 use crate::dtype::DataType;
+use crate::error::Error;
 use crate::wire::{Correlation, Parameter};
-
-/// Why a request failed: a Triton error code (the wire's `ERROR_*`) and a message for the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub code: u8,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(code: u8, message: impl Into<String>) -> Failure {
-        Failure { code, message: message.into() }
-    }
-}
 
 /// Where an input's bytes are: host memory, or a GPU buffer to copy from.
 #[derive(Debug, Clone, Copy)]
@@ -73,16 +61,16 @@ pub trait Batch {
     }
 
     /// The request's metadata and inputs (correlation id and flags only when `sequence`).
-    fn read(&self, index: usize, sequence: bool) -> Result<RequestView<'_>, Failure>;
+    fn read(&self, index: usize, sequence: bool) -> Result<RequestView<'_>, Error>;
 
     /// Copy a device buffer into host memory.
-    fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), String>;
+    fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), Error>;
 
     /// True once the request's client has gone away.
     fn is_cancelled(&self, index: usize) -> bool;
 
     /// Add an output to the request's response under construction (created on first use), with a buffer
-    /// of `byte_length` bytes that `fill` writes.
+    /// of `byte_length` bytes that `fill` writes (its error, which names the output, fails the request).
     fn add_output(
         &mut self,
         index: usize,
@@ -90,14 +78,14 @@ pub trait Batch {
         dtype: DataType,
         shape: &[i64],
         byte_length: u64,
-        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
-    ) -> Result<(), Failure>;
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), Error>,
+    ) -> Result<(), Error>;
 
     /// Send the response under construction (an empty one if none), final or not.
     fn send(&mut self, index: usize, final_: bool);
 
     /// Send an error response (final): the request has failed; a response under construction is dropped.
-    fn fail(&mut self, index: usize, failure: &Failure);
+    fn fail(&mut self, index: usize, failure: &Error);
 
     /// End the request's stream without a response (decoupled models): the final flag alone.
     fn finish(&mut self, index: usize);

@@ -2,12 +2,14 @@
 //! regions (ours for inputs, the worker's for outputs).
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::error::Error;
 use crate::region::{size_for, OwnRegion, PeerRegion};
 use crate::sys;
 use crate::wire::{
@@ -33,12 +35,120 @@ pub struct Settings {
 }
 
 /// The connection cannot go on (the peer closed, the stream is out of step, a socket error). What was in
-/// flight fails with this message; the next batch connects again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Broken(pub String);
+/// flight fails with this; the next batch connects again.
+#[derive(Debug)]
+pub enum Broken {
+    Send(io::Error),
+    Wait(io::Error),
+    Read(io::Error),
+    /// The worker closed the connection.
+    Closed,
+    /// More descriptors arrived than messages that announce them.
+    ExtraDescriptors,
+    /// A message announced a new region and no descriptor came with it.
+    MissingDescriptor,
+    /// The worker speaks another version of the wire protocol.
+    Version {
+        peer: u16,
+    },
+    /// A header that cannot be decoded.
+    Unreadable(WireError),
+    /// A message that is not an answer to the batch in flight.
+    OutOfStep {
+        batch: u64,
+        kind: u16,
+        seq: u64,
+    },
+    /// A partial (non-final) reply to a model that is not decoupled.
+    PartialReply,
+}
+
+impl fmt::Display for Broken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Broken::Send(error) => write!(f, "sending to the worker failed: {error}"),
+            Broken::Wait(error) => write!(f, "waiting for the worker failed: {error}"),
+            Broken::Read(error) => write!(f, "reading from the worker failed: {error}"),
+            Broken::Closed => f.write_str("the worker closed the connection (its process stopped or died)"),
+            Broken::ExtraDescriptors => {
+                f.write_str("the worker sent more region descriptors than messages that announce them")
+            }
+            Broken::MissingDescriptor => f.write_str("a new region was announced without its descriptor"),
+            Broken::Version { peer } => write!(
+                f,
+                "the worker speaks wire protocol version {peer}, this backend version {VERSION}: install the tritonrt \
+                 runtime and its backend from the same release"
+            ),
+            Broken::Unreadable(error) => write!(f, "the worker sent a message that cannot be read: {error}"),
+            Broken::OutOfStep { batch, kind, seq } => {
+                write!(f, "the worker answered batch {batch} with a message of kind {kind} for batch {seq}")
+            }
+            Broken::PartialReply => f.write_str("the worker streamed a partial reply to a model that is not decoupled"),
+        }
+    }
+}
+
+impl std::error::Error for Broken {}
+
+/// Why `Channel::connect` failed; each says what to fix.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// Nothing listens at the socket.
+    Unreachable { model: String, path: PathBuf, error: io::Error },
+    /// The peer's credentials could not be read.
+    Credentials(io::Error),
+    /// The listener runs as another user than the owner of the connection file.
+    WrongUser { path: PathBuf, uid: u32, owner: u32 },
+    /// The HELLO could not be sent.
+    Hello(Broken),
+    /// The connection broke before the answer to the HELLO.
+    Handshake { path: PathBuf, broken: Broken },
+    /// No answer to the HELLO in time.
+    Timeout { path: PathBuf, timeout: Duration },
+    /// An answer to the HELLO that cannot be decoded.
+    BadAnswer(WireError),
+    /// The worker refused this instance (its message says why).
+    Refused { model: String, message: String },
+    /// The HELLO was answered with neither WELCOME nor REFUSE.
+    UnexpectedKind(u16),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Unreachable { model, path, error } => write!(
+                f,
+                "cannot connect to the tritonrt process serving model {model:?} at {}: {error}. That process must be \
+                 running (it writes the model repository and listens while it serves).",
+                path.display()
+            ),
+            ConnectError::Credentials(error) => write!(f, "cannot read the peer's credentials: {error}"),
+            ConnectError::WrongUser { path, uid, owner } => write!(
+                f,
+                "the process listening at {} runs as user {uid}, but the model's connection file belongs to user \
+                 {owner}: refusing to send it requests",
+                path.display()
+            ),
+            ConnectError::Hello(broken) => broken.fmt(f),
+            ConnectError::Handshake { path, broken } => {
+                write!(f, "the handshake with the tritonrt process at {} failed: {broken}", path.display())
+            }
+            ConnectError::Timeout { path, timeout } => {
+                write!(f, "the tritonrt process at {} did not answer the handshake within {timeout:?}", path.display())
+            }
+            ConnectError::BadAnswer(error) => write!(f, "bad handshake answer: {error}"),
+            ConnectError::Refused { model, message } => {
+                write!(f, "the tritonrt process serving model {model:?} refused this instance: {message}")
+            }
+            ConnectError::UnexpectedKind(kind) => write!(f, "the handshake was answered with a message of kind {kind}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
 
 /// Why a message could not be sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum SendFailed {
     /// The worker had closed the connection before any byte of the message went (it went away between
     /// messages): nothing of it reached anyone, so it can be sent again on a new connection.
@@ -122,22 +232,15 @@ impl Channel {
         decoupled: bool,
         owner: u32,
         timeout: Duration,
-    ) -> Result<Channel, String> {
-        let stream = UnixStream::connect(path).map_err(|e| {
-            format!(
-                "cannot connect to the tritonrt process serving model {:?} at {}: {e}. That process must be running \
-                 (it writes the model repository and listens while it serves).",
-                hello.model_name,
-                path.display()
-            )
+    ) -> Result<Channel, ConnectError> {
+        let stream = UnixStream::connect(path).map_err(|error| ConnectError::Unreachable {
+            model: hello.model_name.to_string(),
+            path: path.to_path_buf(),
+            error,
         })?;
-        let uid = sys::peer_uid(stream.as_fd()).map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+        let uid = sys::peer_uid(stream.as_fd()).map_err(ConnectError::Credentials)?;
         if uid != owner {
-            return Err(format!(
-                "the process listening at {} runs as user {uid}, but the model's connection file belongs to user \
-                 {owner}: refusing to send it requests",
-                path.display()
-            ));
+            return Err(ConnectError::WrongUser { path: path.to_path_buf(), uid, owner });
         }
         let mut channel = Channel {
             stream,
@@ -164,23 +267,18 @@ impl Channel {
         let flags = if decoupled { FLAG_DECOUPLED } else { 0 };
         let mut message = Vec::new();
         encode(&Header { flags, ..Header::default() }, &Body::Hello(hello.clone()), &[], &mut message);
-        channel.send(&message, false).map_err(|failed| failed.into_broken().0)?;
+        channel.send(&message, false).map_err(|failed| ConnectError::Hello(failed.into_broken()))?;
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
-                    "the tritonrt process at {} did not answer the handshake within {timeout:?}",
-                    path.display()
-                ));
+                return Err(ConnectError::Timeout { path: path.to_path_buf(), timeout });
             }
-            let incoming =
-                channel.poll_message(left.as_millis().min(i32::MAX as u128) as i32).map_err(|Broken(e)| {
-                    format!("the handshake with the tritonrt process at {} failed: {e}", path.display())
-                })?;
+            let incoming = channel
+                .poll_message(left.as_millis().min(i32::MAX as u128) as i32)
+                .map_err(|broken| ConnectError::Handshake { path: path.to_path_buf(), broken })?;
             let Some(incoming) = incoming else { continue };
-            let body =
-                decode_body(&incoming.header, incoming.meta).map_err(|e| format!("bad handshake answer: {e}"))?;
+            let body = decode_body(&incoming.header, incoming.meta).map_err(ConnectError::BadAnswer)?;
             let settings = match (incoming.header.kind, body) {
                 (KIND_WELCOME, Body::Welcome(welcome)) => Settings {
                     worker_pid: welcome.worker_pid,
@@ -190,12 +288,12 @@ impl Channel {
                     worker_version: welcome.worker_version.to_string(),
                 },
                 (KIND_REFUSE, Body::Refuse(message)) => {
-                    return Err(format!(
-                        "the tritonrt process serving model {:?} refused this instance: {message}",
-                        hello.model_name
-                    ));
+                    return Err(ConnectError::Refused {
+                        model: hello.model_name.to_string(),
+                        message: message.to_string(),
+                    });
                 }
-                (kind, _) => return Err(format!("the handshake was answered with a message of kind {kind}")),
+                (kind, _) => return Err(ConnectError::UnexpectedKind(kind)),
             };
             channel.spin.limit = Duration::from_micros(settings.spin_us as u64);
             channel.settings = settings;
@@ -207,8 +305,8 @@ impl Channel {
     pub fn send(&mut self, message: &[u8], new_region: bool) -> Result<(), SendFailed> {
         let fd = if new_region { self.own.as_ref().map(|own| own.fd()) } else { None };
         if let Err(failure) = sys::send_all(self.stream.as_fd(), message, fd) {
-            let broken = Broken(format!("sending to the worker failed: {}", failure.error));
             let closed = matches!(failure.error.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset);
+            let broken = Broken::Send(failure.error);
             return Err(if closed && failure.sent == 0 {
                 SendFailed::Unsent(broken)
             } else {
@@ -233,13 +331,14 @@ impl Channel {
 
     /// Our region, with at least `need` bytes; a new one (created, to be announced with the next message)
     /// when there is none or it is too small. Returns the region and whether the next message must carry
-    /// its descriptor.
-    pub fn own_region(&mut self, need: u64) -> Result<(&mut OwnRegion, bool), String> {
+    /// its descriptor. The error (UNAVAILABLE) says why no region of that size can be had.
+    pub fn own_region(&mut self, need: u64) -> Result<(&mut OwnRegion, bool), Error> {
         let fits = self.own.as_ref().is_some_and(|own| own.size() >= need);
         if !fits {
-            let size = size_for(need, self.settings.region_limit)?;
+            let unavailable = |error: String| Error::unavailable(format!("tritonrt: {error}"));
+            let size = size_for(need, self.settings.region_limit).map_err(unavailable)?;
             self.own = None; // the worker's mapping keeps the old region's memory while it needs it
-            self.own = Some(OwnRegion::create(self.next_region_id, size)?);
+            self.own = Some(OwnRegion::create(self.next_region_id, size).map_err(unavailable)?);
             self.next_region_id = self.next_region_id.wrapping_add(1).max(1);
             self.own_announced = false;
         }
@@ -273,8 +372,7 @@ impl Channel {
                 return Ok(true);
             }
         }
-        sys::wait_readable(self.stream.as_fd(), timeout_ms)
-            .map_err(|e| Broken(format!("waiting for the worker failed: {e}")))
+        sys::wait_readable(self.stream.as_fd(), timeout_ms).map_err(Broken::Wait)
     }
 
     /// The next message, waiting at most `timeout_ms` (None when it has not come by then).
@@ -293,14 +391,14 @@ impl Channel {
                 return Ok(None);
             }
             let mut fds = Vec::new();
-            let received = sys::recv_nowait(self.stream.as_fd(), &mut self.buf[self.end..], &mut fds)
-                .map_err(|e| Broken(format!("reading from the worker failed: {e}")))?;
+            let received =
+                sys::recv_nowait(self.stream.as_fd(), &mut self.buf[self.end..], &mut fds).map_err(Broken::Read)?;
             self.fds.extend(fds);
             if self.fds.len() > MAX_PENDING_FDS {
-                return Err(Broken("the worker sent more region descriptors than messages that announce them".into()));
+                return Err(Broken::ExtraDescriptors);
             }
             match received {
-                Some(0) => return Err(Broken("the worker closed the connection (its process stopped or died)".into())),
+                Some(0) => return Err(Broken::Closed),
                 Some(count) => self.end += count,
                 None => {
                     if !self.wait(timeout_ms)? {
@@ -313,10 +411,7 @@ impl Channel {
         self.consumed = total;
         let mut region_error = None;
         if header.flags & FLAG_NEW_REGION != 0 {
-            let fd = self
-                .fds
-                .pop_front()
-                .ok_or_else(|| Broken("a new region was announced without its descriptor".into()))?;
+            let fd = self.fds.pop_front().ok_or(Broken::MissingDescriptor)?;
             self.peer = None;
             match PeerRegion::map(header.region_id, fd, header.region_size) {
                 Ok(region) => self.peer = Some(region),
@@ -353,11 +448,8 @@ impl Channel {
         let bytes: &[u8; HEADER_SIZE] = self.buf[self.start..self.start + HEADER_SIZE].try_into().expect("64 bytes");
         match Header::decode(bytes) {
             Ok(header) => Ok(Some(header)),
-            Err(WireError::Version { peer }) => Err(Broken(format!(
-                "the worker speaks wire protocol version {peer}, this backend version {VERSION}: install the tritonrt \
-                 runtime and its backend from the same release"
-            ))),
-            Err(error) => Err(Broken(format!("the worker sent a message that cannot be read: {error}"))),
+            Err(WireError::Version { peer }) => Err(Broken::Version { peer }),
+            Err(error) => Err(Broken::Unreadable(error)),
         }
     }
 
@@ -378,12 +470,6 @@ impl Channel {
 
     pub fn region_limit(&self) -> u64 {
         self.settings.region_limit
-    }
-}
-
-impl From<io::Error> for Broken {
-    fn from(error: io::Error) -> Broken {
-        Broken(error.to_string())
     }
 }
 

@@ -4,7 +4,7 @@
 //! worker's replies. See `README.md` for the design and `runtime/docs/wire-protocol.md` for the protocol.
 //!
 //! Layers, lowest first: `sys` (operating system calls), `wire` and `dtype` (the protocol, pure), `region`
-//! and `channel` (one connection), `config` and `json` (what a model tells us), `batch` and `execute` (one
+//! and `channel` (one connection), `config` and `json` (what a model tells us), `error` (a code and a message), `batch` and `execute` (one
 //! instance's work, generic over its requests), `triton` (the FFI layer: Triton's API and our entry points).
 //! `unsafe` code lives only in `sys` and `triton`.
 
@@ -14,6 +14,7 @@ pub mod batch;
 pub mod channel;
 pub mod config;
 pub mod dtype;
+pub mod error;
 pub mod execute;
 pub mod json;
 pub mod region;

@@ -3,12 +3,24 @@
 //! `triton::api` are the only places with `unsafe` code.
 //!
 //! Constants are Linux's (identical on x86_64 and aarch64); the structure layouts are glibc's on 64-bit
-//! Linux, the only platform this backend is built for.
+//! Linux, the only platform this backend is built for (a compile error elsewhere). `tests/abi.rs` checks every
+//! declaration, layout and constant here against glibc's headers with gcc.
 
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+
+#[cfg(not(all(
+    target_os = "linux",
+    target_env = "gnu",
+    target_pointer_width = "64",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+compile_error!(
+    "tritonrt's backend declares glibc's structures and constants as they are on 64-bit Linux (x86_64 or \
+     aarch64, glibc): build it for x86_64-unknown-linux-gnu or aarch64-unknown-linux-gnu, where tritonserver runs"
+);
 
 const MFD_CLOEXEC: c_uint = 1;
 const MFD_ALLOW_SEALING: c_uint = 2;
@@ -111,7 +123,7 @@ fn check(result: c_int) -> io::Result<c_int> {
 pub fn new_sealed_memfd(size: u64) -> io::Result<OwnedFd> {
     let length = i64::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new descriptor or -1.
-    let raw = check(unsafe { memfd_create(b"tritonrt\0".as_ptr().cast(), MFD_CLOEXEC | MFD_ALLOW_SEALING) })?;
+    let raw = check(unsafe { memfd_create(c"tritonrt".as_ptr(), MFD_CLOEXEC | MFD_ALLOW_SEALING) })?;
     // SAFETY: `raw` is a descriptor we just opened and nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: plain calls on a descriptor we own.
@@ -180,6 +192,11 @@ impl Mapping {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether `count` bytes at `offset` lie inside the mapping (a length read from the peer may be anything).
+    pub fn holds(&self, offset: u64, count: u64) -> bool {
+        usize::try_from(count).is_ok_and(|count| self.range(offset, count).is_some())
     }
 
     fn range(&self, offset: u64, count: usize) -> Option<usize> {

@@ -192,6 +192,45 @@ fn a_malformed_reply_fails_its_requests_and_the_connection_goes_on() {
 }
 
 #[test]
+fn an_output_longer_than_its_region_fails_before_any_buffer_is_asked_for() {
+    let dir = temp_dir("hostile-length");
+    let (socket, worker) = spawn_worker(&dir, welcome(1024, 1 << 30), 1, |mut end| {
+        let batch = end.read().unwrap();
+        let (region_id, region_size) = end.region_with(&[0u8; 16]);
+        // A worker-declared length of 1 TiB in a 4 KiB region: Triton must never be asked for that buffer.
+        let output = Tensor {
+            name: "Y",
+            dtype: DataType::Uint8,
+            location: LOCATION_SENDER_REGION,
+            offset: 0,
+            byte_length: 1 << 40,
+            shape: Cow::Owned(vec![1 << 40]),
+        };
+        let header = Header {
+            flags: FLAG_FINAL | FLAG_NEW_REGION,
+            seq: batch.header.seq,
+            region_id,
+            region_size,
+            ..Header::default()
+        };
+        end.send(header, &Body::Reply(vec![Response::Outputs(vec![output])]), &[]);
+        let batch = end.read().unwrap();
+        end.echo(&batch);
+    });
+    let mut executor = executor(socket, false);
+    let mut batch = FakeBatch::new(vec![FakeRequest::with(vec![FakeInput::fp32("X", &[1.0])])]);
+    executor.execute(&mut batch);
+    let failure = batch.failure(0);
+    assert_eq!(failure.code, ERROR_INTERNAL);
+    assert!(failure.message.contains("\"Y\"") && failure.message.contains("outside the region"), "{failure:?}");
+    assert!(batch.buffers_asked.is_empty(), "asked for {:?}", batch.buffers_asked);
+    let mut batch = FakeBatch::new(vec![FakeRequest::with(vec![FakeInput::fp32("X", &[7.0])])]);
+    executor.execute(&mut batch);
+    assert_eq!(batch.outputs(0)[0].data, fp32_bytes(&[7.0]), "the connection goes on");
+    worker.join().unwrap();
+}
+
+#[test]
 fn a_stream_out_of_step_breaks_the_connection_only() {
     let dir = temp_dir("garbage");
     let (socket, worker) = spawn_worker(&dir, welcome(1024, 1 << 30), 2, |mut end| {
@@ -283,10 +322,15 @@ impl triton_tritonrt::batch::Batch for CancelAfterSend {
         &self,
         index: usize,
         sequence: bool,
-    ) -> Result<triton_tritonrt::batch::RequestView<'_>, triton_tritonrt::batch::Failure> {
+    ) -> Result<triton_tritonrt::batch::RequestView<'_>, triton_tritonrt::error::Error> {
         self.inner.read(index, sequence)
     }
-    fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), String> {
+    fn copy_from_device(
+        &self,
+        address: usize,
+        device: i64,
+        dst: &mut [u8],
+    ) -> Result<(), triton_tritonrt::error::Error> {
         self.inner.copy_from_device(address, device, dst)
     }
     fn is_cancelled(&self, index: usize) -> bool {
@@ -301,14 +345,14 @@ impl triton_tritonrt::batch::Batch for CancelAfterSend {
         dtype: DataType,
         shape: &[i64],
         byte_length: u64,
-        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
-    ) -> Result<(), triton_tritonrt::batch::Failure> {
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), triton_tritonrt::error::Error>,
+    ) -> Result<(), triton_tritonrt::error::Error> {
         self.inner.add_output(index, name, dtype, shape, byte_length, fill)
     }
     fn send(&mut self, index: usize, final_: bool) {
         self.inner.send(index, final_)
     }
-    fn fail(&mut self, index: usize, failure: &triton_tritonrt::batch::Failure) {
+    fn fail(&mut self, index: usize, failure: &triton_tritonrt::error::Error) {
         self.inner.fail(index, failure)
     }
     fn finish(&mut self, index: usize) {

@@ -1,9 +1,19 @@
 """Unit tests of mapping server and network errors to client exceptions."""
 
+import errno
+import http.client
+
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from tritonrt.client._transport import ServerUnreachableError, TritonUrl, from_tritonclient, server_error, timeout_error
+from tritonrt.client._transport import (
+    ServerUnreachableError,
+    TritonUrl,
+    from_tritonclient,
+    server_error,
+    timeout_error,
+    unreachable_error,
+)
 from tritonrt.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
@@ -57,3 +67,36 @@ def test_other_errors_come_from_the_callable_or_server():
 def test_timeout_message_names_the_setting():
     error = timeout_error(URL, "Inference", 0.25, "inference_timeout_s")
     assert "within 0.25 s" in error.message and "inference_timeout_s" in error.message
+
+
+def test_a_server_wide_call_names_no_model():
+    error = server_error("Internal", "StatusCode.INTERNAL", url=URL, action="Liveness check", model="")
+    assert error.message.startswith("Liveness check failed on the server at grpc://server:8001: Internal.")
+    assert "model ''" not in error.message
+
+
+def test_a_stopping_server_says_so():
+    error = server_error("Server is stopping", "StatusCode.UNAVAILABLE", url=URL, action="Liveness check", model="")
+    assert type(error) is PyTritonClientInferenceServerError
+    assert "grpc://server:8001 is stopping" in error.message and "liveness check was refused" in error.message
+    assert "server log" not in error.message
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        ConnectionResetError(104, "Connection reset by peer"),
+        http.client.RemoteDisconnected("Remote end closed connection without response"),
+        OSError(errno.ECONNRESET, "reset"),
+        "Server disconnected",
+    ],
+)
+def test_a_dropped_connection_says_the_server_may_be_stopping(cause):
+    error = unreachable_error(URL, cause)
+    assert isinstance(error, ServerUnreachableError)
+    assert "closed the connection without an answer" in error.message and "stopping" in error.message
+
+
+def test_a_refused_connection_says_to_check_the_server():
+    error = unreachable_error(URL, ConnectionRefusedError(111, "Connection refused"))
+    assert "Check that the server runs" in error.message and "stopping" not in error.message

@@ -185,7 +185,24 @@ def triton_server(
 
 
 @pytest.fixture(scope="module")
-def start_triton(server_dir, free_triton_config) -> Iterator[Callable[..., RunningServer]]:
+def worker_mode(request) -> Iterator[str | None]:
+    """Where the module's models run: TRITONRT_WORKERS while its servers run. A module that sets
+    ``WORKER_MODES = ("thread", "process")`` runs its tests once per mode; others leave the environment as is."""
+    mode = getattr(request, "param", None)
+    with pytest.MonkeyPatch.context() as patch:
+        if mode is not None:
+            patch.setenv("TRITONRT_WORKERS", mode)
+        yield mode
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    modes = getattr(metafunc.module, "WORKER_MODES", None)
+    if modes and "worker_mode" in metafunc.fixturenames:
+        metafunc.parametrize("worker_mode", modes, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def start_triton(server_dir, free_triton_config, worker_mode) -> Iterator[Callable[..., RunningServer]]:
     """Factory: ``start_triton(security_config=None, **config_overrides)``; servers stop after the module."""
     with contextlib.ExitStack() as stack:
 
@@ -219,7 +236,7 @@ def protocol(request) -> str:
 # -- faults: tritonrt's recovery reports and probes through an outage -------------------------------------
 
 RECOVERY_WAIT_S = 120  # a guard against hanging, not a measurement
-_RECOVERED = ("reloaded and ready again", "restarted; its models are ready")
+_RECOVERED = ("reloaded and ready again", "restarted; its models are ready", "restarted and ready again")
 
 
 class Recoveries(logging.Handler):

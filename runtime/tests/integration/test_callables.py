@@ -13,6 +13,7 @@ from tritonrt.exceptions import PyTritonUnrecoverableError
 from tritonrt.model_config import ModelConfig, Tensor
 
 pytestmark = pytest.mark.integration
+WORKER_MODES = ("thread", "process")  # every test runs with worker threads and with worker processes
 
 F32 = np.float32
 X = Tensor(name="x", dtype=F32, shape=(-1,))

@@ -21,6 +21,7 @@ from tritonrt.decorators import (
 from tritonrt.model_config import DynamicBatcher, ModelConfig, Tensor
 
 pytestmark = pytest.mark.integration
+WORKER_MODES = ("thread", "process")  # every test runs with worker threads and with worker processes
 
 F32 = np.float32
 

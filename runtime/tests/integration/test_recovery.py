@@ -60,10 +60,10 @@ def break_connection(server, model: str, index: int = 0) -> None:
     end does (the instances live inside tritonserver, so the test closes the worker's end)."""
     worker = server.triton._models[model]._workers[index]
     deadline = time.monotonic() + RECOVERY_WAIT_S
-    while worker._connection is None:  # connected during the load; the worker thread records it a moment later
+    while not worker.connected:  # connected during the load; the worker thread records it a moment later
         assert time.monotonic() < deadline, "the instance never connected"
         time.sleep(0.01)
-    worker._connection.link.sock.shutdown(socket.SHUT_RDWR)
+    worker.listener.current.link.sock.shutdown(socket.SHUT_RDWR)
 
 
 def post(server, body: str | bytes) -> int | None:

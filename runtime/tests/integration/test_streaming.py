@@ -13,6 +13,7 @@ from tritonrt.decorators import batch
 from tritonrt.model_config import ModelConfig, Tensor
 
 pytestmark = pytest.mark.integration
+WORKER_MODES = ("thread", "process")  # every test runs with worker threads and with worker processes
 
 COUNT = Tensor(name="count", dtype=np.int32, shape=(1,))
 STEP = Tensor(name="step", dtype=np.int32, shape=(1,))

@@ -169,6 +169,25 @@ def test_regional_inputs_are_views_of_the_backends_region_and_batch_without_a_co
     assert arrays[0][0, 0] == 42 and joined[0, 0] == 42
 
 
+def test_the_backends_region_is_mapped_read_only(pair):
+    """The worker cannot change the backend's memory: its mapping is PROT_READ, so the arrays built on it are not
+    writeable (inline inputs, views of this process's own receive buffer, stay writeable)."""
+    connection, backend = pair
+    region = backend.new_region(1 << 20)
+    region.map[0:4096] = np.arange(1024, dtype=np.float32).tobytes()
+    inputs = [tensor("X", wire.DTYPE_FP32, 1, 0, 4096, (1, 1024)), tensor("S", wire.DTYPE_FP32, 0, 0, 8, (2,))]
+    backend.send_batch([request(*inputs)], fp32([1, 2]), region=True, announce=True)
+    _, (received,) = connection.receive_batch()
+    x = received["X"]
+    assert not x.flags.writeable and not x.base.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        x[0, 0] = 5
+    with pytest.raises(TypeError, match="readonly"):
+        connection._peer.map[0:1] = b"\x01"
+    assert region.map[0:4] == np.float32(0).tobytes()  # unchanged
+    assert received["S"].flags.writeable
+
+
 def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
     connection, backend = pair
     region = backend.new_region(1 << 20)
@@ -183,12 +202,13 @@ def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
         "flags": np.array([True, False]),
         "half": np.array([1, 2], np.float16),
         "text": np.array([b"ab", "é", b""], dtype=object),
+        "long_text": np.array([[b"x" * 2000]], dtype=object),  # serialized over the threshold: the region
         "empty": np.zeros((1, 0), np.int64),
         "strided": np.arange(12, dtype=np.int32).reshape(3, 4).T,
         "big_endian": np.array([1, 258], dtype=">i4"),
         "scalar": np.array(7, np.int8),
     }
-    expected = {name: np.array(array, order="C") for name, array in outputs.items() if name != "text"}  # copies
+    expected = {name: np.array(array, order="C") for name, array in outputs.items() if "text" not in name}  # copies
     responses = [outputs]
     received = x = outputs = None  # the callable keeps nothing: the reply is not "retained"
     connection.reply(seq, responses)
@@ -210,6 +230,9 @@ def test_outputs_go_inline_through_the_region_or_back_by_reference(pair):
         assert shape == array.shape and raw == array.astype(array.dtype.newbyteorder("<")).tobytes(), name
     assert found["computed"][3] == wire.LOCATION_SENDER_REGION
     assert found["text"][0] == wire.DTYPE_BYTES and found["text"][2] == b"\x02\0\0\0ab\x02\0\0\0\xc3\xa9\0\0\0\0"
+    dtype, shape, raw, location = found["long_text"]
+    assert (dtype, shape, location) == (wire.DTYPE_BYTES, (1, 1), wire.LOCATION_SENDER_REGION)
+    assert raw == struct.pack("<I", 2000) + b"x" * 2000
 
 
 def test_views_kept_by_the_callable_are_reported_retained(pair):

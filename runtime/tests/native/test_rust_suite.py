@@ -1,19 +1,24 @@
-"""The backend's Rust tests (unit, golden messages, executor, fuzzer), plain and under AddressSanitizer.
+"""The backend's Rust tests (unit, golden messages, executor, fuzzer, ABI), plain and under AddressSanitizer.
 
 The ASan run needs the nightly toolchain (``cargo +nightly``, its asan runtime): skipped with the reason when it
-is absent. ``cargo clippy`` keeps the crate free of warnings.
+is absent. ``cargo clippy`` keeps the crate free of warnings. The crate's ``rust-version`` is proven by Debian's
+packaged rustc of that version building it, in the chroot ``debian_cargo.py chroot`` builds (``make test`` does
+when run as root): skipped with the reason when it is absent outside CI, a failure under ``CI``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
+from types import ModuleType
 
 import pytest
 from native_testlib import NATIVE_DIR
 
-pytestmark = pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo is not installed")
+needs_cargo = pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo is not installed")
 
 
 def cargo(*args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -31,12 +36,14 @@ def passed(output: str) -> int:
     return sum(int(line.split()[3]) for line in output.splitlines() if line.startswith("test result: ok."))
 
 
+@needs_cargo
 def test_the_rust_suite_passes():
     done = cargo("test", "--offline")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert passed(done.stdout) >= 35
 
 
+@needs_cargo
 def test_the_rust_suite_passes_under_address_sanitizer():
     if cargo("+nightly", "--version").returncode != 0:
         pytest.skip("the nightly toolchain (cargo +nightly) is not installed: it has the AddressSanitizer runtime")
@@ -48,8 +55,46 @@ def test_the_rust_suite_passes_under_address_sanitizer():
     assert passed(done.stdout) >= 35
 
 
+@needs_cargo
 def test_clippy_finds_nothing():
     done = cargo("clippy", "--offline", "--all-targets", "--", "-D", "warnings")
     if done.returncode != 0 and "no such command" in done.stderr:
         pytest.skip("clippy is not installed")
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+def debian_cargo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("debian_cargo", NATIVE_DIR / "debian_cargo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_crate_builds_with_debians_rustc_of_its_rust_version():
+    toolchain = debian_cargo()
+    need = toolchain.rust_version()
+    root = toolchain.chroot_path()
+    absent = None
+    if os.geteuid() != 0:
+        absent = "building in the Debian chroot needs root (chroot)"
+    elif not (root / "usr/bin/cargo").exists():
+        absent = f"{root} is missing: make test builds it (sudo {sys.executable} {toolchain.__file__} chroot)"
+    if absent is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {absent}")
+        pytest.skip(absent)
+    done = toolchain.build_in_chroot(root)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    rustc = toolchain.parse_version(done.stdout.splitlines()[0])
+    assert rustc is not None and rustc[:2] == need[:2], f"the chroot's {done.stdout.splitlines()[0]} is not {need}"
+
+
+def test_debians_cargo_is_chosen_by_its_rustc():
+    toolchain = debian_cargo()
+    bookworm = {"rustc": (1, 63, 0), "rustc-web": (1, 96, 0)}
+    assert toolchain.apt_choice((1, 85), bookworm) == ("cargo-web", (1, 96, 0)), "Debian 12: cargo is too old"
+    assert toolchain.apt_choice((1, 85), {"rustc": (1, 85, 1), "rustc-web": None}) == ("cargo", (1, 85, 1))
+    assert toolchain.apt_choice((1, 85), {"rustc": (1, 75, 0), "rustc-web": None}) is None, "then: rustup"
+    assert toolchain.parse_version("1.85.0+dfsg3-1~deb12u3") == (1, 85, 0)
+    assert toolchain.parse_version("rustc 1.85.1 (4eb161250 2025-03-15)") == (1, 85, 1)

@@ -1,7 +1,13 @@
-"""Property tests of the Python codec: valid messages round-trip; hostile bytes raise WireError and nothing else."""
+"""Property tests of the Python codec: valid messages round-trip; hostile bytes raise WireError and nothing else.
+
+The hostile-bytes test is aimed as the Rust fuzzer (native/tests/fuzz.rs) is: small valid seeds, mutations
+concentrated on the header and the metadata (not on tensor data, which the decoder does not read), and a check
+that the mutated messages reach each stage of decoding (refused header, refused body, decoded) in a fair share.
+"""
 
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -19,7 +25,9 @@ DATA_LENGTH = 1 << 15  # room for the largest inline tensor drawn: 6**4 elements
 
 
 @st.composite
-def tensors(draw) -> TensorMeta:
+def tensors(
+    draw: st.DrawFn, shapes: st.SearchStrategy[tuple[int, ...]] = shapes, data_length: int = DATA_LENGTH
+) -> TensorMeta:
     dtype = draw(st.integers(1, 14))
     shape = draw(shapes)
     length = math.prod(shape) * wire.ELEMENT_SIZES[dtype]
@@ -27,7 +35,7 @@ def tensors(draw) -> TensorMeta:
         length += draw(st.integers(0, 16))
     location = draw(st.sampled_from([wire.LOCATION_INLINE, wire.LOCATION_SENDER_REGION, wire.LOCATION_RECEIVER_REGION]))
     inline = location == wire.LOCATION_INLINE
-    offset = draw(st.integers(0, DATA_LENGTH - length)) if inline else draw(st.integers(0, 1 << 40))
+    offset = draw(st.integers(0, data_length - length)) if inline else draw(st.integers(0, 1 << 40))
     return TensorMeta(draw(names), dtype, location, offset, length, shape)
 
 
@@ -36,25 +44,33 @@ parameters = st.dictionaries(
     st.one_of(st.text(max_size=8), st.integers(-(1 << 63), (1 << 63) - 1), st.booleans(), st.floats(allow_nan=False)),
     max_size=3,
 )
-requests = st.builds(
-    RequestMeta,
-    st.text(max_size=8),
-    st.integers(0, 1 << 32 - 1),
-    st.one_of(st.none(), st.integers(1, (1 << 64) - 1), st.text(max_size=8)),
-    parameters,
-    st.one_of(st.none(), st.lists(names, min_size=1, max_size=3)),
-    st.lists(tensors(), max_size=3),
-)
-responses = st.one_of(
-    st.lists(tensors(), max_size=3).map(lambda outputs: ResponseMeta(wire.STATUS_OUTPUTS, outputs)),
-    st.builds(ResponseMeta, st.just(wire.STATUS_ERROR), st.just([]), st.integers(0, 7), st.text(max_size=20)),
-    st.just(ResponseMeta(wire.STATUS_NONE, [])),
-)
 
 
-def frame(kind: int, meta: bytes, count: int) -> bytes:
+def requests(tensor_strategy: st.SearchStrategy[TensorMeta] | None = None) -> st.SearchStrategy[RequestMeta]:
+    return st.builds(
+        RequestMeta,
+        st.text(max_size=8),
+        st.integers(0, (1 << 32) - 1),
+        st.one_of(st.none(), st.integers(1, (1 << 64) - 1), st.text(max_size=8)),
+        parameters,
+        st.one_of(st.none(), st.lists(names, min_size=1, max_size=3)),
+        st.lists(tensors() if tensor_strategy is None else tensor_strategy, max_size=3),
+    )
+
+
+def responses(tensor_strategy: st.SearchStrategy[TensorMeta] | None = None) -> st.SearchStrategy[ResponseMeta]:
+    return st.one_of(
+        st.lists(tensors() if tensor_strategy is None else tensor_strategy, max_size=3).map(
+            lambda outputs: ResponseMeta(wire.STATUS_OUTPUTS, outputs)
+        ),
+        st.builds(ResponseMeta, st.just(wire.STATUS_ERROR), st.just([]), st.integers(0, 7), st.text(max_size=20)),
+        st.just(ResponseMeta(wire.STATUS_NONE, [])),
+    )
+
+
+def frame(kind: int, meta: bytes, count: int, data_length: int = DATA_LENGTH) -> bytes:
     header = Header(kind, count=count, seq=3, region_id=1, peer_region_id=2)
-    return wire.encode_message(header, meta, DATA_LENGTH) + bytes(DATA_LENGTH)
+    return wire.encode_message(header, meta, data_length) + bytes(data_length)
 
 
 def decode(raw: bytes):
@@ -62,36 +78,98 @@ def decode(raw: bytes):
     return decode_body(header, raw)
 
 
-@given(st.lists(requests, max_size=4))
+@given(st.lists(requests(), max_size=4))
 def test_batches_round_trip(batch):
     assert decode(frame(wire.KIND_BATCH, wire.encode_batch(batch), len(batch))) == batch
 
 
-@given(st.lists(responses, max_size=4))
+@given(st.lists(responses(), max_size=4))
 def test_replies_round_trip(reply):
     assert decode(frame(wire.KIND_REPLY, wire.encode_reply(reply), len(reply))) == reply
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.one_of(
-        st.lists(requests, min_size=1, max_size=3).map(lambda b: frame(wire.KIND_BATCH, wire.encode_batch(b), len(b))),
-        st.lists(responses, min_size=1, max_size=3).map(lambda r: frame(wire.KIND_REPLY, wire.encode_reply(r), len(r))),
+# Seeds for the hostile-bytes test: small tensors, so that the data is a small part of each message.
+SEED_DATA_LENGTH = 3**3 * 8 + 16
+seed_tensors = tensors(st.lists(st.integers(0, 3), max_size=3).map(tuple), SEED_DATA_LENGTH)
+seeds = st.one_of(
+    st.lists(requests(seed_tensors), min_size=1, max_size=3).map(
+        lambda b: frame(wire.KIND_BATCH, wire.encode_batch(b), len(b), SEED_DATA_LENGTH)
     ),
-    st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=8),
-    st.integers(0, 1 << 16),
+    st.lists(responses(seed_tensors), min_size=1, max_size=3).map(
+        lambda r: frame(wire.KIND_REPLY, wire.encode_reply(r), len(r), SEED_DATA_LENGTH)
+    ),
 )
-def test_hostile_bytes_raise_wire_errors_only(raw, changes, cut):
-    data = bytearray(raw)
-    for position, value in changes:
-        data[position % len(data)] = value
-    for candidate in (bytes(data), bytes(data[: cut % (len(data) + 1)])):
+# One mutation: its kind, where (taken modulo the span it applies to) and a value.
+mutations = st.lists(
+    st.tuples(st.integers(0, 7), st.integers(0, (1 << 32) - 1), st.integers(0, (1 << 64) - 1)), min_size=1, max_size=4
+)
+INTERESTING = [0, 1, 2, 0x7F, 0xFF, 0xFFFF, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 62, (1 << 64) - 1]
+META_LENGTH_AT, DATA_LENGTH_AT = 40, 48  # the header's fields (HEADER_LAYOUT)
+
+
+def mutate(data: bytearray, kind: int, where: int, value: int) -> None:
+    """One mutation of ``data``, as fuzz.rs's ``mutate`` does, but placed in the header and metadata (its
+    first ``head`` bytes) except for truncation and appending."""
+    head = min(len(data), wire.HEADER_SIZE + int.from_bytes(data[META_LENGTH_AT:44], "little")) if data else 0
+    at = where % head if head else 0
+    if kind == 0 and head:
+        data[at] ^= 1 << (value % 8)
+    elif kind == 1 and head:
+        data[at] = value & 0xFF
+    elif kind == 2 and head >= 8:  # an interesting integer over a 4- or 8-byte field (counts, lengths, dims)
+        width = 4 if value & 1 else 8
+        at = where % (head - width + 1)
+        number = (INTERESTING[value % len(INTERESTING)] + (value >> 8) % 3 - 1) % (1 << 64)
+        data[at : at + width] = number.to_bytes(8, "little")[:width]
+    elif kind == 3:
+        del data[where % (len(data) + 1) :]
+    elif kind == 4:
+        data += value.to_bytes(8, "little")[: where % 9]
+    elif kind == 5 and head:  # a copy of up to 32 bytes of the head, inserted elsewhere in it
+        start = where % head
+        data[at:at] = data[start : start + value % 33]
+    elif kind == 6 and len(data) > wire.HEADER_SIZE:
+        # Lengths consistent with the mutated body, so that the body decoder is reached.
+        meta = min(value % (len(data) - wire.HEADER_SIZE + 1), len(data) - wire.HEADER_SIZE)
+        data[META_LENGTH_AT:44] = meta.to_bytes(4, "little")
+        data_length = max(0, len(data) - wire.align(wire.HEADER_SIZE + meta))
+        data[DATA_LENGTH_AT:56] = data_length.to_bytes(8, "little")
+    else:
+        data[at:at] = bytes([value & 0xFF])
+
+
+def decode_stage(raw: bytes) -> int:
+    """Decode as the worker does (header, then body); the stage reached: 0 refused header, 1 refused body, 2
+    decoded. Raises what is not a WireError."""
+    try:
+        header = wire.decode_header(raw)
+    except WireError:
+        return 0
+    try:
+        decode_body(header, raw)
+    except WireError:
+        return 1
+    return 2
+
+
+def test_hostile_bytes_raise_wire_errors_only_and_reach_every_stage():
+    reached: collections.Counter[int] = collections.Counter()
+
+    @settings(max_examples=1000, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(seeds, mutations)
+    def hostile(raw: bytes, changes: list[tuple[int, int, int]]) -> None:
+        data = bytearray(raw)
+        for kind, where, value in changes:
+            mutate(data, kind, where, value)
         try:
-            decode(candidate)
-        except WireError:
-            pass
-        except Exception as error:  # noqa: BLE001 - the property: nothing but WireError escapes
+            reached[decode_stage(bytes(data))] += 1
+        except Exception as error:  # the property: nothing but WireError escapes
             raise AssertionError(f"{type(error).__name__}: {error}") from error
+
+    hostile()
+    total = sum(reached.values())
+    # The mutations must exercise the body decoder both ways, not just bounce off the header check.
+    assert all(reached[stage] > total / 20 for stage in (0, 1, 2)), f"stages reached: {dict(reached)}"
 
 
 @given(st.lists(st.binary(max_size=20), max_size=6))

@@ -135,6 +135,33 @@ def test_inputs_kept_by_the_callable_are_reported_retained(harness):
     assert header.flags & wire.FLAG_RETAINED
 
 
+def test_a_callable_that_writes_into_a_large_input_fails_that_request_and_the_worker_serves_on(harness):
+    """Inputs in the backend's region are read-only: writing one in place fails the request with numpy's error
+    (copy it first: ``x = x.copy()``); the same callable works on small, inline inputs, and on copies."""
+
+    def in_place(requests):
+        for request in requests:
+            x = request["x"]
+            if request.parameters.get("copy"):
+                x = x.copy()
+            x *= 2
+        return [{"y": r["x"] * 0 + 1} for r in requests]
+
+    h = harness(in_place)
+    h.backend.new_region(1 << 20)
+    h.send([[1.0] * 512], region=True, announce=True)
+    _, (response,) = h.reply()
+    assert response.status == wire.STATUS_ERROR and "read-only" in response.message
+    assert "copy one before changing it in place" in response.message  # the error says how to fix it
+    h.send([[1.0] * 512], region=True, copy=True)
+    _, (response,) = h.reply()
+    assert response.status == wire.STATUS_OUTPUTS
+    h.send([[1.0, 2.0]])
+    _, (response,) = h.reply()
+    assert response.status == wire.STATUS_OUTPUTS
+    assert h.worker.is_alive() and not h.unrecoverable
+
+
 def test_a_failed_batch_is_answered_request_by_request(harness):
     calls = []
 

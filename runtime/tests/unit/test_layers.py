@@ -1,5 +1,6 @@
-"""The runtime's layers, checked: every import of tritonrt's own modules runs downwards, and public modules
-declare ``__all__``. Read from the source with ``ast`` (imports inside functions count too), nothing imported.
+"""The runtime's layers, checked: every import of tritonrt's own modules runs downwards, no modules import each
+other in a circle (inside a package too), and public modules declare ``__all__``. Read from the source with
+``ast`` (imports inside functions count too), nothing imported.
 
 Layers, lowest first; a module may import its own package and the layers below its own:
 
@@ -140,3 +141,51 @@ def test_public_modules_declare_what_they_export(module: str):
     assert exported is not None, f"{module} is public (no leading underscore) but declares no __all__"
     missing = sorted(set(exported) - _top_level_names(tree))
     assert not missing, f"{module}.__all__ names what the module does not define: {missing}"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports in ``graph`` (module -> modules it imports), as a path back to its start; None if none."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(module: str) -> list[str] | None:
+        path.append(module)
+        on_path.add(module)
+        for target in sorted(graph.get(module, ())):
+            if target in on_path:
+                return [*path[path.index(target) :], target]
+            if target not in done and (found := visit(target)) is not None:
+                return found
+        on_path.discard(path.pop())
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if module not in done and (found := visit(module)) is not None:
+            return found
+    return None
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the tritonrt modules it imports (``TYPE_CHECKING`` imports too: a circle is a circle). A module's
+    import of its own package (``from tritonrt.models import trace`` names ``tritonrt.models``) is left out: the
+    package is always imported first, and what counts is the module it names."""
+    graph = {}
+    for module in MODULES:
+        own_packages = {module.rsplit(".", depth)[0] for depth in range(1, module.count(".") + 1)}
+        graph[module] = {target for target in _imports(module) if target in MODULES and target not in own_packages}
+    return graph
+
+
+def test_the_cycle_finder_finds_a_circle_and_only_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"x": {"y"}, "y": {"y"}}) == ["y", "y"]
+
+
+def test_no_circle_of_imports_between_modules():
+    """Layers keep packages in order; inside a package, modules must not import each other in a circle either
+    (one needs the other's names half-initialised, or hides the import under TYPE_CHECKING)."""
+    cycle = _cycle(_module_graph())
+    assert cycle is None, f"a circle of imports: {' -> '.join(cycle)}; move what both need into a third module"

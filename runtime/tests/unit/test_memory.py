@@ -7,6 +7,7 @@ import mmap
 import numpy as np
 import pytest
 
+from tritonrt import memory
 from tritonrt.memory import data_address
 
 
@@ -21,6 +22,7 @@ def _read_only(array: np.ndarray) -> np.ndarray:
         np.arange(10, dtype=np.float32),
         np.arange(10, dtype=np.float32)[3:],
         np.frombuffer(mmap.mmap(-1, 4096), np.uint8)[100:],
+        np.ndarray((4, 2), np.float32, np.frombuffer(mmap.mmap(-1, 4096, prot=mmap.PROT_READ), np.uint8), 64)[1:],
         np.ndarray((2, 3), np.int16, bytearray(64), 6),
         _read_only(np.arange(6)),
         np.frombuffer(b"abcdef", np.uint8),
@@ -28,7 +30,13 @@ def _read_only(array: np.ndarray) -> np.ndarray:
         np.zeros(0),
         np.array([b"a", b"bc"], dtype=object),
     ],
-    ids=["owned", "slice", "mmap", "bytearray", "read-only", "bytes", "strided", "empty", "object"],
+    ids=["owned", "slice", "mmap", "read-only mmap", "bytearray", "read-only", "bytes", "strided", "empty", "object"],
 )
-def test_data_address_is_numpys_data_pointer(array):
+def test_data_address_is_numpys_data_pointer(array, monkeypatch):
     assert data_address(array) == array.__array_interface__["data"][0]
+    monkeypatch.setattr(memory, "_fast", False)  # where numpy's struct differs: numpy's own report
+    assert data_address(array) == array.__array_interface__["data"][0]
+
+
+def test_this_numpy_lays_out_its_arrays_as_the_fast_path_reads_them():
+    assert memory._struct_agrees() and memory._fast

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tritonrt.exceptions import PyTritonValidationError
-from tritonrt.server.supervisor import RecoveryPolicy, Supervisor, describe_exit
+from tritonrt.server.supervisor import RecoveryPolicy, Supervisor, WorkerExited, describe_exit
 
 WAIT_S = 10  # a guard against hanging, not a measurement
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.02}
@@ -41,6 +41,9 @@ class Recorder:
     def reload_model(self, name: str) -> None:
         self._try(f"reload {name}")
 
+    def restart_worker(self, name: str, index: int) -> None:
+        self._try(f"restart {name}/{index}")
+
     def give_up(self, reason: str) -> None:
         self.reasons.append(reason)
         self.done.set()
@@ -55,6 +58,7 @@ class Recorder:
             model_connected=lambda name: self.connected,
             give_up=self.give_up,
             reconnect_grace_s=0.05,
+            restart_worker=self.restart_worker if restartable else None,
         )
 
 
@@ -239,3 +243,34 @@ def test_a_server_that_dies_as_its_restart_ends_is_restarted_again(supervisors):
     supervisor.server_exited(134)
     until(lambda: recorder.calls == ["restart", "restart"] and not supervisor.busy)
     assert recorder.reasons == []
+
+
+def test_each_dead_worker_is_restarted_once_per_report(supervisors):
+    recorder = Recorder()
+    supervisor = recorder.supervisor(RecoveryPolicy(**FAST))
+    supervisors.append(supervisor)
+    supervisor.worker_exited(WorkerExited("double", 1, "was killed by SIGKILL"))
+    until(lambda: recorder.calls == ["restart double/1"] and not supervisor.busy)
+    supervisor.worker_exited(WorkerExited("double", 0, "was killed by SIGSEGV"))
+    until(lambda: recorder.calls == ["restart double/1", "restart double/0"] and not supervisor.busy)
+    assert recorder.reasons == []
+
+
+def test_a_worker_that_keeps_dying_gives_up_naming_the_instance_and_the_limit(supervisors):
+    recorder = Recorder()
+    supervisor = recorder.supervisor(RecoveryPolicy(worker_restarts=2, **FAST))
+    supervisors.append(supervisor)
+    for _ in range(3):
+        recorder.done.clear()
+        supervisor.worker_exited(WorkerExited("double", 1, "was killed by SIGSEGV"))
+        assert recorder.done.wait(WAIT_S)
+        until(lambda: not supervisor.busy)
+    assert recorder.calls == ["restart double/1"] * 2
+    assert "model 'double' instance 1: was killed by SIGSEGV" in recorder.reasons[0]
+    assert "worker_restarts=2" in recorder.reasons[0]
+
+
+def test_worker_restarts_from_the_environment():
+    assert RecoveryPolicy.from_env({"TRITONRT_WORKER_RESTARTS": "7"}).worker_restarts == 7
+    with pytest.raises(PyTritonValidationError, match="TRITONRT_WORKER_RESTARTS"):
+        RecoveryPolicy.from_env({"TRITONRT_WORKER_RESTARTS": "many"})

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-def verify_inputs_args(inputs: tuple, named_inputs: Mapping[str, Any]) -> None:
+def verify_inputs_args(inputs: tuple[Any, ...], named_inputs: Mapping[str, Any]) -> None:
     """Raise PyTritonClientValueError when no inputs are given, or positional and named ones are mixed."""
     if not inputs and not named_inputs:
         raise PyTritonClientValueError(
@@ -74,7 +74,7 @@ class InferCall:
         call = InferCall((a, b), {}, parameters=None, headers={"x-trace": "1"}, sample=True)
     """
 
-    inputs: tuple
+    inputs: tuple[Any, ...]
     named_inputs: Mapping[str, Any]
     parameters: Mapping[str, Any] | None
     headers: Mapping[str, Any] | None
@@ -105,7 +105,7 @@ def require_batching(model_config: TritonModelConfig) -> None:
 
 
 def map_inputs(
-    inputs: tuple, named_inputs: Mapping[str, Any], model_config: TritonModelConfig
+    inputs: tuple[Any, ...], named_inputs: Mapping[str, Any], model_config: TritonModelConfig
 ) -> dict[str, np.ndarray]:
     """Name the inputs after the model's inputs and check them against its config.
 

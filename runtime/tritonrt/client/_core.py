@@ -173,6 +173,7 @@ class TransportClient(ClientBase):
         self._lazy_init = lazy_init
         self._model_config = model_config
         self._model_ready = model_config is not None and not ensure_model_is_ready
+        self._generation = 0  # counts _forget_model calls: a wait that began before one does not store its result
         self._open()
         self._closed = False
         self._opened()
@@ -181,8 +182,20 @@ class TransportClient(ClientBase):
         return self._model_config
 
     def _open(self) -> None:
-        """Make ``self._transport`` and ``self._init_lock`` (which guards reading the model config)."""
+        """Make ``self._transport`` and ``self._first_wait`` (the shared wait for readiness and the config)."""
         raise NotImplementedError
+
+    def _forget_model(self) -> None:
+        """Wait for readiness and read the config again before the next request (the model was reloaded)."""
+        self._generation += 1
+        self._model_ready = False
+        self._model_config = None
+
+    def _remember_model(self, config: TritonModelConfig, generation: int) -> None:
+        """Keep the config a wait read, unless the model was forgotten since that wait began."""
+        if generation == self._generation:
+            self._model_config = config
+            self._model_ready = True
 
     def _opened(self) -> None:
         """Runs once the client is open; the sync client waits for the model here unless lazy."""

@@ -94,21 +94,23 @@ class GrpcTransport:
 
     def is_server_live(self, timeout: float) -> bool:
         """True when the server answers its liveness probe."""
-        return self._call("Liveness check", "", timeout, self._client.is_server_live)
+        return bool(self._call("Liveness check", "", timeout, self._client.is_server_live))
 
     def is_server_ready(self, timeout: float) -> bool:
         """True when the server says it is ready."""
-        return self._call("Readiness check", "", timeout, self._client.is_server_ready)
+        return bool(self._call("Readiness check", "", timeout, self._client.is_server_ready))
 
     def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
         """True when the model (version) is loaded and ready."""
-        return self._call(
-            "Model readiness check",
-            model_name,
-            timeout,
-            self._client.is_model_ready,
-            model_name,
-            model_version or "",
+        return bool(
+            self._call(
+                "Model readiness check",
+                model_name,
+                timeout,
+                self._client.is_model_ready,
+                model_name,
+                model_version or "",
+            )
         )
 
     def repository_index(self, timeout: float) -> list[dict[str, Any]]:
@@ -120,7 +122,8 @@ class GrpcTransport:
             self._client.get_model_repository_index,
             as_json=True,
         )
-        return index.get("models", [])
+        entries: list[dict[str, Any]] = index.get("models", [])
+        return entries
 
     def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
         """The model's config as JSON (proto3 JSON: defaults left out, 64-bit integers as strings)."""
@@ -133,7 +136,8 @@ class GrpcTransport:
             model_version or "",
             as_json=True,
         )
-        return response["config"]
+        config: dict[str, Any] = response["config"]
+        return config
 
     def load_model(
         self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float
@@ -172,7 +176,7 @@ class GrpcTransport:
         the last response arrived or the caller stops iterating.
         """
         client = tritonclient.grpc.InferenceServerClient(self.url.without_scheme)
-        responses: queue.SimpleQueue = queue.SimpleQueue()
+        responses: queue.SimpleQueue[tuple[Any, InferenceServerException | None]] = queue.SimpleQueue()
         try:
             client.start_stream(
                 callback=lambda result, error: responses.put((result, error)),
@@ -227,7 +231,8 @@ class AsyncGrpcTransport(AsyncTransportBase):
                 headers=self._headers(), as_json=True, client_timeout=timeout
             ),
         )
-        return index.get("models", [])
+        entries: list[dict[str, Any]] = index.get("models", [])
+        return entries
 
     async def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
         """The model's config as JSON (proto3 JSON)."""
@@ -239,7 +244,8 @@ class AsyncGrpcTransport(AsyncTransportBase):
                 model_name, model_version or "", headers=self._headers(), as_json=True, client_timeout=timeout
             ),
         )
-        return response["config"]
+        config: dict[str, Any] = response["config"]
+        return config
 
     async def load_model(
         self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float

@@ -115,12 +115,14 @@ class HttpTransport:
     def repository_index(self, timeout: float) -> list[dict[str, Any]]:
         """Entries (name, version, state, reason) of the model repository index."""
         action = "Reading the model repository index"
-        return self._json("POST", "/v2/repository/index", b"", timeout, action, "")
+        entries: list[dict[str, Any]] = self._json("POST", "/v2/repository/index", b"", timeout, action, "")
+        return entries
 
     def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
         """The model's config as JSON."""
         path = model_path(model_name, model_version) + "/config"
-        return self._json("GET", path, None, timeout, "Reading the model config", model_name)
+        config: dict[str, Any] = self._json("GET", path, None, timeout, "Reading the model config", model_name)
+        return config
 
     def load_model(
         self, model_name: str, config: str | None, files: Mapping[str, bytes] | None, timeout: float

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
+import http.client
 import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from typing import Any, Protocol, TypeVar
@@ -343,10 +345,26 @@ class ServerUnreachableError(PyTritonClientInferenceServerError):
 
 def unreachable_error(url: TritonUrl, cause: object) -> ServerUnreachableError:
     """The error for a refused or broken connection."""
+    if _dropped(cause):
+        return ServerUnreachableError(
+            f"The Triton server at {url.with_scheme} closed the connection without an answer ({cause}). A Triton "
+            "server that is stopping does this to new HTTP connections while it finishes its requests; or it "
+            "crashed or is restarting. Retry once it is back, or send the request to another replica."
+        )
     return ServerUnreachableError(
         f"Cannot reach the Triton server at {url.with_scheme} ({cause}). Check that the server runs and that "
         f"the URL names its {url.scheme.upper()} port (defaults: HTTP 8000, gRPC 8001)."
     )
+
+
+def _dropped(cause: object) -> bool:
+    """Whether ``cause`` says the server closed or reset a connection it had accepted (not refused it)."""
+    if isinstance(cause, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)):
+        return True
+    if isinstance(cause, OSError) and cause.errno in (errno.ECONNRESET, errno.EPIPE):
+        return True  # e.g. aiohttp's ClientOSError
+    text = str(cause).lower()
+    return "connection reset" in text or "server disconnected" in text
 
 
 def timeout_error(
@@ -386,9 +404,16 @@ def server_error(message: str, status: str | None, *, url: TritonUrl, action: st
         )
     if "UNAVAILABLE" in status and any(marker in lowered for marker in _UNREACHABLE_MARKERS):
         return unreachable_error(url, message)
+    if "server is stopping" in lowered:
+        return PyTritonClientInferenceServerError(
+            f"The Triton server at {url.with_scheme} is stopping: it finishes the requests it has and takes no "
+            f"new ones, so {action.lower()} was refused ({message}). Send it to another replica, or again once the "
+            "service has restarted."
+        )
+    subject = f"{action} of model {model!r}" if model else action
     return PyTritonClientInferenceServerError(
-        f"{action} of model {model!r} failed on the server at {url.with_scheme}: {message}. The error comes "
-        "from the inference callable or from Triton; see the server log for details."
+        f"{subject} failed on the server at {url.with_scheme}: {message}. The error comes from the inference "
+        "callable or from Triton; see the server log for details."
     )
 
 

@@ -8,7 +8,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from tritonrt.client._core import TransportClient, config_as_json
 from tritonrt.client._grpc import AsyncGrpcTransport
 from tritonrt.client._http import AsyncHttpTransport
 from tritonrt.client._readiness import async_wait_for_model_ready
+from tritonrt.client._shared_wait import AsyncSharedWait
 from tritonrt.client._transport import AsyncTransport
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.model_config.parser import parse_model_config
@@ -44,7 +44,7 @@ class AsyncioModelClient(TransportClient):
     _transport: AsyncTransport
 
     def _open(self) -> None:
-        self._init_lock = asyncio.Lock()
+        self._first_wait: AsyncSharedWait[TritonModelConfig] = AsyncSharedWait()
         url, headers = self._settings.url, self._settings.auth_headers
         self._transport = AsyncGrpcTransport(url, headers) if url.scheme == "grpc" else AsyncHttpTransport(url, headers)
 
@@ -123,32 +123,36 @@ class AsyncioModelClient(TransportClient):
         """Close the connections; later calls raise PyTritonClientClosedError. Safe to call twice."""
         if not self._closed:
             self._closed = True
+            self._first_wait.cancel()
             await self._transport.close()
 
     # -- internals -------------------------------------------------------------------------------
-
-    def _forget_model(self) -> None:
-        self._model_ready = False
-        self._model_config = None
 
     async def _batching(self) -> bool:
         return (await self._ensure_model_config()).batching
 
     async def _ensure_model_config(self) -> TritonModelConfig:
         self._check_open()
-        async with self._init_lock:
-            settings = self._settings
-            if not self._model_ready:
-                await async_wait_for_model_ready(
-                    self._transport, settings.model_name, settings.model_version, settings.init_timeout_s
-                )
-                self._model_ready = True
-            if self._model_config is None:
-                raw = await self._transport.model_config(
-                    settings.model_name, settings.model_version, settings.init_timeout_s
-                )
-                self._model_config = parse_model_config(raw, settings.version_number)
-            return self._model_config
+        config = self._model_config
+        if self._model_ready and config is not None:
+            return config
+        # Callers arriving while another waits share its wait: all are answered by the one deadline.
+        return await self._first_wait.run(self._wait_and_read_config)
+
+    async def _wait_and_read_config(self) -> TritonModelConfig:
+        settings, generation = self._settings, self._generation
+        if not self._model_ready:
+            await async_wait_for_model_ready(
+                self._transport, settings.model_name, settings.model_version, settings.init_timeout_s
+            )
+        config = self._model_config
+        if config is None:
+            raw = await self._transport.model_config(
+                settings.model_name, settings.model_version, settings.init_timeout_s
+            )
+            config = parse_model_config(raw, settings.version_number)
+        self._remember_model(config, generation)
+        return config
 
     async def _infer(self, call: InferCall) -> dict[str, np.ndarray]:
         config = await self._ensure_model_config()

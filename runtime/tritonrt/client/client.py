@@ -8,7 +8,6 @@ Example::
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from tritonrt.client._core import TransportClient, config_as_json
 from tritonrt.client._grpc import GrpcTransport
 from tritonrt.client._http import HttpTransport
 from tritonrt.client._readiness import wait_for_model_ready, wait_for_server_ready
+from tritonrt.client._shared_wait import SharedWait
 from tritonrt.client._transport import Transport
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.model_config.parser import parse_model_config
@@ -63,7 +63,7 @@ class ModelClient(TransportClient):
     _transport: Transport
 
     def _open(self) -> None:
-        self._init_lock = threading.Lock()
+        self._first_wait: SharedWait[TritonModelConfig] = SharedWait()
         url, headers = self._settings.url, self._settings.auth_headers
         self._transport = GrpcTransport(url, headers) if url.scheme == "grpc" else HttpTransport(url, headers)
 
@@ -197,24 +197,24 @@ class ModelClient(TransportClient):
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _forget_model(self) -> None:
-        with self._init_lock:
-            self._model_ready = False
-            self._model_config = None
-
     def _ensure_model_config(self) -> TritonModelConfig:
         self._check_open()
-        with self._init_lock:
-            settings = self._settings
-            if not self._model_ready:
-                wait_for_model_ready(
-                    self._transport, settings.model_name, settings.model_version, settings.init_timeout_s
-                )
-                self._model_ready = True
-            if self._model_config is None:
-                raw = self._transport.model_config(settings.model_name, settings.model_version, settings.init_timeout_s)
-                self._model_config = parse_model_config(raw, settings.version_number)
-            return self._model_config
+        config = self._model_config
+        if self._model_ready and config is not None:
+            return config
+        # Callers arriving while another waits share its wait: all are answered by the one deadline.
+        return self._first_wait.run(self._wait_and_read_config)
+
+    def _wait_and_read_config(self) -> TritonModelConfig:
+        settings, generation = self._settings, self._generation
+        if not self._model_ready:
+            wait_for_model_ready(self._transport, settings.model_name, settings.model_version, settings.init_timeout_s)
+        config = self._model_config
+        if config is None:
+            raw = self._transport.model_config(settings.model_name, settings.model_version, settings.init_timeout_s)
+            config = parse_model_config(raw, settings.version_number)
+        self._remember_model(config, generation)
+        return config
 
     def _infer(self, call: InferCall) -> dict[str, np.ndarray]:
         config = self._ensure_model_config()

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from tritonrt.client.exceptions import (
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
 __all__ = ["DEFAULT_MAX_QUEUE_SIZE", "DEFAULT_MAX_WORKERS", "FuturesModelClient"]
+
+_T = TypeVar("_T")
 
 DEFAULT_MAX_WORKERS = 128
 DEFAULT_MAX_QUEUE_SIZE = 128
@@ -111,7 +113,7 @@ class FuturesModelClient(ClientBase):
         parameters: dict[str, str | int | bool] | None = None,
         headers: dict[str, str | int | bool] | None = None,
         **named_inputs: np.ndarray,
-    ) -> Future:
+    ) -> Future[dict[str, np.ndarray]]:
         """Future of ``ModelClient.infer_sample``'s result.
 
         Raises:
@@ -126,25 +128,25 @@ class FuturesModelClient(ClientBase):
         parameters: dict[str, str | int | bool] | None = None,
         headers: dict[str, str | int | bool] | None = None,
         **named_inputs: np.ndarray,
-    ) -> Future:
+    ) -> Future[dict[str, np.ndarray]]:
         """Future of ``ModelClient.infer_batch``'s result (raises as ``infer_sample``)."""
         return self._submit(self._client.infer_batch, *inputs, parameters=parameters, headers=headers, **named_inputs)
 
-    def model_config(self) -> Future:
+    def model_config(self) -> Future[TritonModelConfig]:
         """Future of the model's ``TritonModelConfig`` (read after waiting up to ``init_timeout_s``)."""
         return self._submit(lambda: self._client.model_config)
 
-    def wait_for_model(self, timeout_s: float) -> Future:
+    def wait_for_model(self, timeout_s: float) -> Future[None]:
         """Future that resolves to None once the model is ready (or raises PyTritonClientTimeoutError)."""
         return self._submit(self._client.wait_for_model, timeout_s)
 
     def load_model(
         self, config: str | Mapping[str, Any] | None = None, files: dict[str, bytes] | None = None
-    ) -> Future:
+    ) -> Future[None]:
         """Future of ``ModelClient.load_model``."""
         return self._submit(self._client.load_model, config, files)
 
-    def unload_model(self) -> Future:
+    def unload_model(self) -> Future[None]:
         """Future of ``ModelClient.unload_model``."""
         return self._submit(self._client.unload_model)
 
@@ -166,7 +168,7 @@ class FuturesModelClient(ClientBase):
         self._executor.shutdown(wait=True)
         self._client.close()
 
-    def _submit(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+    def _submit(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> Future[_T]:
         self._check_open()
         if self._slots is not None and not self._slots.acquire(blocking=not self._non_blocking):
             raise PyTritonClientQueueFullError(

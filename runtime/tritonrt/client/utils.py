@@ -198,16 +198,19 @@ class _ClientProbe:
     def repository_index(self, timeout: float) -> list[dict[str, Any]]:
         action = "Reading the model repository index"
         if self._grpc:
-            return self._call(action, "", timeout, self._client.get_model_repository_index, as_json=True).get(
-                "models", []
-            )
+            index = self._call(action, "", timeout, self._client.get_model_repository_index, as_json=True)
+            entries: list[dict[str, Any]] = index.get("models", [])
+            return entries
         return list(self._call(action, "", timeout, self._client.get_model_repository_index))
 
     def model_config(self, model_name: str, model_version: str | None, timeout: float) -> dict[str, Any]:
         method, version, action = self._client.get_model_config, model_version or "", "Reading the model config"
         if self._grpc:
-            return self._call(action, model_name, timeout, method, model_name, version, as_json=True)["config"]
-        return self._call(action, model_name, timeout, method, model_name, version)
+            response = self._call(action, model_name, timeout, method, model_name, version, as_json=True)
+            config: dict[str, Any] = response["config"]
+        else:
+            config = self._call(action, model_name, timeout, method, model_name, version)
+        return config
 
 
 def _client_url(client: TritonClient, grpc: bool) -> TritonUrl:

@@ -56,13 +56,14 @@ def get_inference_request_batch_size(inference_request: Mapping[str, np.ndarray]
             "Cannot tell the batch size of a request whose inputs have no batch axis (0-dimensional "
             "arrays); batching decorators need a model bound with batching enabled (max_batch_size > 0)."
         )
-    return np.shape(first)[0]
+    size: int = np.shape(first)[0]
+    return size
 
 
 # --- results of several calls: plain values, awaitables and streams ------------------------------------
 
 
-def combine_results(results: list, merge: Callable[[list], Any]) -> Any:
+def combine_results(results: list[Any], merge: Callable[[list[Any]], Any]) -> Any:
     """Merge the results of calls to one callable; awaitables and streams are merged as they resolve."""
     first = results[0]
     if inspect.isasyncgen(first):
@@ -74,12 +75,12 @@ def combine_results(results: list, merge: Callable[[list], Any]) -> Any:
     return merge(results)
 
 
-async def _merge_awaitables(awaitables: list, merge: Callable[[list], Any]) -> Any:
+async def _merge_awaitables(awaitables: list[Any], merge: Callable[[list[Any]], Any]) -> Any:
     values = [await awaitables[0]] if len(awaitables) == 1 else await asyncio.gather(*awaitables)
     return merge(list(values))
 
 
-def _merge_streams(streams: list, merge: Callable[[list], Any]) -> Iterator[Any]:
+def _merge_streams(streams: list[Any], merge: Callable[[list[Any]], Any]) -> Iterator[Any]:
     while True:
         items = [next(stream, _END) for stream in streams]
         if _streams_ended(items):
@@ -87,7 +88,7 @@ def _merge_streams(streams: list, merge: Callable[[list], Any]) -> Iterator[Any]
         yield merge(items)
 
 
-async def _merge_async_streams(streams: list, merge: Callable[[list], Any]) -> AsyncIterator[Any]:
+async def _merge_async_streams(streams: list[Any], merge: Callable[[list[Any]], Any]) -> AsyncIterator[Any]:
     while True:
         items = [await anext(stream, _END) for stream in streams]
         if _streams_ended(items):
@@ -95,7 +96,7 @@ async def _merge_async_streams(streams: list, merge: Callable[[list], Any]) -> A
         yield merge(items)
 
 
-def _streams_ended(items: list) -> bool:
+def _streams_ended(items: list[Any]) -> bool:
     ended = [item is _END for item in items]
     if any(ended) and not all(ended):
         raise PyTritonValidationError(
@@ -110,7 +111,9 @@ def _streams_ended(items: list) -> bool:
 # --- argument helpers ------------------------------------------------------------------------------------
 
 
-def requests_argument(args: tuple, kwargs: dict, decorator: str) -> tuple[Sequence[InferenceRequest], tuple]:
+def requests_argument(
+    args: tuple[Any, ...], kwargs: dict[str, Any], decorator: str
+) -> tuple[Sequence[InferenceRequest], tuple[Any, ...]]:
     """Split the call arguments of a decorator that works on requests into (requests, other args)."""
     if not args or not isinstance(args[0], (list, tuple)):
         got = f"keyword inputs ({', '.join(kwargs)})" if kwargs else f"arguments {args!r}"
@@ -124,7 +127,7 @@ def requests_argument(args: tuple, kwargs: dict, decorator: str) -> tuple[Sequen
     return args[0], args[1:]
 
 
-def array_inputs(kwargs: dict, decorator: str, args: tuple = ()) -> dict[str, np.ndarray]:
+def array_inputs(kwargs: dict[str, Any], decorator: str, args: tuple[Any, ...] = ()) -> dict[str, np.ndarray]:
     """The batched inputs among keyword arguments (numpy arrays other than the special keys)."""
     inputs = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray) and k not in SPECIAL_KEYS}
     if args or not inputs:
@@ -144,7 +147,7 @@ def _where(where: str | int) -> str:
 def inputs_batch_size(inputs: Mapping[str, np.ndarray], where: str | int) -> int:
     """The common first-axis size of the inputs; all inputs must agree. ``where`` names them in errors
     (an int: the index of their request)."""
-    size = None
+    size: int | None = None
     for name, value in inputs.items():
         shape = value.shape if type(value) is np.ndarray else np.shape(value)
         if not shape:

@@ -74,7 +74,8 @@ def _join_adjacent(arrays: list[np.ndarray]) -> np.ndarray | None:
         address += array.nbytes
         rows += array.shape[0]
     offset = start - data_address(base)
-    return np.ndarray((rows, *trailing), dtype, base, offset)
+    joined: np.ndarray = np.ndarray((rows, *trailing), dtype, base, offset)
+    return joined
 
 
 def _split_batch(outputs: dict[str, Any], sizes: list[int]) -> list[InferenceResult]:

@@ -28,8 +28,8 @@ __all__ = ["ConstantPadder", "group_by_keys", "group_by_values"]
 _LENGTH = struct.Struct("<I")
 
 
-def _scatter_responses(groups: list[list[int]], count: int, results: list) -> list[InferenceResult]:
-    responses: list = [None] * count
+def _scatter_responses(groups: list[list[int]], count: int, results: list[Any]) -> list[InferenceResult]:
+    responses: list[Any] = [None] * count
     for indices, result in zip(groups, results, strict=True):
         if not isinstance(result, (list, tuple)) or len(result) != len(indices):
             got = f"{len(result)} responses" if isinstance(result, (list, tuple)) else type(result).__name__
@@ -57,7 +57,7 @@ def group_by_keys(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
             ...
     """
     requests, rest = requests_argument(args, kwargs, "@group_by_keys")
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[str, ...], list[int]] = {}
     for index, request in enumerate(requests):
         groups.setdefault(tuple(sorted(request.keys())), []).append(index)
     if len(groups) == 1:
@@ -93,7 +93,7 @@ def _groups_by_value(inputs: dict[str, np.ndarray], keys: tuple[str, ...], batch
     return [list(rows) for _, rows in itertools.groupby(ordered, key=row_keys.__getitem__)]
 
 
-def _merge_rows(groups: list[np.ndarray], batch_size: int, results: list[dict]) -> dict[str, np.ndarray]:
+def _merge_rows(groups: list[np.ndarray], batch_size: int, results: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     names = list(results[0])
     for result in results[1:]:
         if set(result) != set(names):
@@ -167,7 +167,7 @@ def group_by_values(
         others = {k: v for k, v in kwargs.items() if k not in inputs}
         results = [wrapped(**others, **{name: value[rows] for name, value in inputs.items()}) for rows in groups]
 
-        def merge(group_results: list) -> dict[str, np.ndarray]:
+        def merge(group_results: list[Any]) -> dict[str, np.ndarray]:
             outputs = [convert_output(result, wrapped, instance) for result in group_results]
             if pad_fn is not None:
                 outputs = list(pad_fn(outputs))
@@ -195,7 +195,7 @@ class ConstantPadder:
     def __call__(self, batches_list: InferenceResults) -> InferenceResults:
         """Return the batches with every array padded to the largest shape among arrays of its name."""
         names = list(dict.fromkeys(name for batch_ in batches_list for name in batch_))
-        padded: list[dict] = [{} for _ in batches_list]
+        padded: list[InferenceResult] = [{} for _ in batches_list]
         for name in names:
             present = [(index, batch_[name]) for index, batch_ in enumerate(batches_list) if name in batch_]
             arrays = [array for _, array in present]

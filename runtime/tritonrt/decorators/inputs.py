@@ -115,7 +115,7 @@ def first_value(
     if not_names:
         raise PyTritonBadParameterError(f"@first_value keys must be input names (str), got {not_names!r}.")
 
-    def _first_values(inputs: dict | InferenceRequest) -> None:
+    def _first_values(inputs: dict[str, Any] | InferenceRequest) -> None:
         for name in keys:
             if name not in inputs:
                 continue

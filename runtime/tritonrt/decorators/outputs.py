@@ -13,8 +13,8 @@ __all__ = ["convert_output"]
 
 
 def convert_output(
-    outputs: Mapping | list | tuple,
-    wrapped: Callable | None = None,
+    outputs: Mapping[str, Any] | list[Any] | tuple[Any, ...],
+    wrapped: Callable[..., Any] | None = None,
     instance: Any = None,
     model_config: TritonModelConfig | None = None,
 ) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def dtype_matches(expected: Any, actual: np.dtype) -> bool:
     expected_dtype = np.dtype(expected)
     if is_bytes_dtype(expected_dtype):
         return is_bytes_dtype(actual)
-    return expected_dtype == actual
+    return bool(expected_dtype == actual)
 
 
 def shape_matches(expected: Sequence[int], actual: Sequence[int]) -> bool:

@@ -45,7 +45,7 @@ class DynamicBatcher:
     """
 
     max_queue_delay_microseconds: int = 0
-    preferred_batch_size: list | None = None
+    preferred_batch_size: list[int] | None = None
     preserve_ordering: bool = False
     priority_levels: int = 0
     default_priority_level: int = 0

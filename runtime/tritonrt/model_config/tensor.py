@@ -22,7 +22,7 @@ class Tensor:
         Tensor(name="image", dtype=np.uint8, shape=(224, 224, 3))
     """
 
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: Any
     name: str | None = None
     optional: bool | None = False

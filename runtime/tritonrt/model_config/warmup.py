@@ -55,7 +55,7 @@ def generate_warmup_requests(model_warmup: Sequence[ModelWarmup] | None) -> list
 
 
 def _from_file(path: str, shape: tuple[int, ...]) -> np.ndarray:
-    data = np.load(path)
+    data: np.ndarray = np.load(path)
     row_shape = shape[1:]
     if data.shape == shape:
         return data

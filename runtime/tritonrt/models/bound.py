@@ -1,10 +1,14 @@
-"""A model bound to Triton: its resolved config, its inference callables and their workers."""
+"""A model bound to Triton: its resolved config, its inference callables and their workers (threads of this
+process or worker processes, see :mod:`tritonrt.models.workers`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import pathlib
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
@@ -12,11 +16,25 @@ from tritonrt.model_config.common import ModelWarmup
 from tritonrt.model_config.resolve import build_model_config, validate_model_name
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.models import trace
+from tritonrt.models.instance import CallSlot, InstanceWorker, ThreadInstance, TrackedListener
+from tritonrt.models.watchdog import Watchdog
+from tritonrt.models.worker_process import ChildSpec, ProcessHooks, ProcessInstance, WorkerExit
+from tritonrt.models.workers import WorkerInfo, WorkerMode, WorkerOptions, check_fork_allowed
 from tritonrt.proxy import native_files
-from tritonrt.proxy.connection import InstanceIdentity, WorkerListener, WorkerSettings
+from tritonrt.proxy.connection import InstanceIdentity, WorkerSettings
 from tritonrt.proxy.worker import CallableWorker
 
-__all__ = ["BoundModel"]
+__all__ = ["BoundModel", "ModelHooks"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelHooks:
+    """The owner's callbacks for a model's workers: ``on_unrecoverable(message)`` (stop the service),
+    ``on_peer_lost()`` (an instance went away unasked), ``on_worker_exit(exit)`` (a worker process died)."""
+
+    on_unrecoverable: Callable[[str], None]
+    on_peer_lost: Callable[[], None] | None = None
+    on_worker_exit: Callable[[WorkerExit], None] | None = None
 
 
 class BoundModel:
@@ -30,11 +48,12 @@ class BoundModel:
     def __init__(
         self,
         config: TritonModelConfig,
-        callables: Sequence[Callable],
+        callables: Sequence[Callable[..., Any]],
         strict: bool,
         key: str,
         warmup: Sequence[ModelWarmup] | None = None,
         trace_config: Sequence[str] | None = None,
+        workers: WorkerOptions | None = None,
     ):
         self.config = config
         self.callables = list(callables)
@@ -42,7 +61,12 @@ class BoundModel:
         self.key = key
         self.warmup = list(warmup or [])  # requests to call the callables with before the first load
         self.trace_config = list(trace_config or [])  # the model's own trace settings (bind(trace_config=))
-        self._workers: list[CallableWorker] = []
+        self.workers = workers or WorkerOptions()
+        self.mode = self.workers.resolved_mode()
+        self.timeout_s = self.workers.resolved_timeout_s()
+        self._workers: list[InstanceWorker] = []
+        self._watchdog: Watchdog | None = None
+        self._set_up = False
         self.sockets: list[pathlib.Path] = []
         self.token = ""
 
@@ -50,13 +74,14 @@ class BoundModel:
     def from_bind(
         cls,
         model_name: str,
-        infer_func: Callable | Sequence[Callable],
+        infer_func: Callable[..., Any] | Sequence[Callable[..., Any]],
         inputs: Sequence[Tensor],
         outputs: Sequence[Tensor],
         model_version: int,
         config: ModelConfig | None,
         strict: bool,
         trace_config: list[str] | None,
+        workers: WorkerOptions | None = None,
     ) -> BoundModel:
         """The model that ``Triton.bind`` describes, validated (errors say what to fix); not yet attached."""
         validate_model_name(model_name)
@@ -70,11 +95,14 @@ class BoundModel:
                 f"Model {model_name!r}: infer_func must be a callable or a non-empty list of callables "
                 "(one per model instance)."
             )
+        if (workers or WorkerOptions()).resolved_mode() is WorkerMode.PROCESS:
+            check_fork_allowed(model_name)  # at once, as well as at each start
         config = config or ModelConfig()
         model_config = build_model_config(
             model_name, model_version, inputs, outputs, config, instance_count=len(callables)
         )
-        return cls(model_config, callables, strict, f"m{uuid.uuid4().hex[:8]}", config.model_warmup, traces)
+        key = f"m{uuid.uuid4().hex[:8]}"
+        return cls(model_config, callables, strict, key, config.model_warmup, traces, workers)
 
     @property
     def name(self) -> str:
@@ -86,25 +114,84 @@ class BoundModel:
         self.sockets = [socket_dir / f"{self.key}.{index}.sock" for index in range(len(self.callables))]
         self.token = native_files.new_token()
 
-    def start(self, on_unrecoverable: Callable[[str], None], on_peer_lost: Callable[[], None] | None = None) -> None:
-        """Listen on the workers' sockets (where :meth:`attach` said) and start their threads; ``on_peer_lost()``
-        is called when an instance of the model goes away unasked (see :mod:`tritonrt.proxy.peer`)."""
+    def info(self, index: int) -> WorkerInfo:
+        """What instance ``index``'s setup hook is told."""
+        return WorkerInfo.for_instance(self.name, index, self.workers.devices, self.mode)
+
+    def set_up_here(self) -> None:
+        """Thread mode: run the setup hook once per instance in this process (before the warm-up and the first
+        start); worker processes run it themselves."""
+        if self.mode is WorkerMode.THREAD and self.workers.setup is not None and not self._set_up:
+            for index in range(len(self.callables)):
+                self.workers.setup(self.info(index))
+            self._set_up = True
+
+    def start(self, hooks: ModelHooks, warm_up: Callable[[int], None] | None = None) -> None:
+        """Listen on the workers' sockets (where :meth:`attach` said) and start the workers; ``warm_up(index)``
+        is run by each worker process after its setup (thread mode warms up before). Raises when a worker
+        process could not start (its setup failed), or when CUDA was initialised before the fork."""
         if not self.sockets:
             raise RuntimeError("BoundModel.start() before attach(): attach the model first")
+        if self.mode is WorkerMode.PROCESS:
+            check_fork_allowed(self.name)
         settings = WorkerSettings.from_env()
         max_batch_size = self.config.max_batch_size if self.config.batching else 0
-        for index, (infer_callable, path) in enumerate(zip(self.callables, self.sockets, strict=True)):
-            identity = InstanceIdentity(self.name, index, self.token, self.config.decoupled, max_batch_size)
-            worker = CallableWorker(
+        try:
+            for index, (infer_callable, path) in enumerate(zip(self.callables, self.sockets, strict=True)):
+                identity = InstanceIdentity(self.name, index, self.token, self.config.decoupled, max_batch_size)
+                # Worker processes are always tracked (the batch a dead one held is failed); threads only for a timeout.
+                track = self.mode is WorkerMode.PROCESS or self.timeout_s is not None
+                listener = TrackedListener(path, identity, settings, CallSlot(), track=track)
+                worker = self._instance(index, infer_callable, listener, hooks, warm_up)
+                self._workers.append(worker)
+                worker.start()
+        except BaseException:
+            self.stop()
+            raise
+        if self.timeout_s is not None:
+            self._watchdog = Watchdog(self.name, self._workers, self.timeout_s)
+
+    def _instance(
+        self,
+        index: int,
+        infer_callable: Callable[..., object],
+        listener: TrackedListener,
+        hooks: ModelHooks,
+        warm_up: Callable[[int], None] | None,
+    ) -> InstanceWorker:
+        if self.mode is WorkerMode.PROCESS:
+            spec = ChildSpec(
                 infer_callable,
-                WorkerListener(path, identity, settings),
+                self.config,
+                self.strict,
+                self.info(index),
+                self.workers.setup,
+                None if warm_up is None or not self.warmup else lambda: warm_up(index),
+            )
+            on_exit = hooks.on_worker_exit or (lambda exit: hooks.on_unrecoverable(exit.describe()))
+            return ProcessInstance(listener, spec, ProcessHooks(hooks.on_unrecoverable, hooks.on_peer_lost, on_exit))
+
+        def make_worker(tracked: TrackedListener) -> CallableWorker:
+            return CallableWorker(
+                infer_callable,
+                tracked,
                 self.config,
                 strict=self.strict,
-                on_unrecoverable=on_unrecoverable,
-                on_peer_lost=on_peer_lost,
+                on_unrecoverable=hooks.on_unrecoverable,
+                on_peer_lost=hooks.on_peer_lost,
             )
+
+        return ThreadInstance(listener, index, make_worker, hooks.on_unrecoverable, self.name)
+
+    def worker_pids(self) -> list[int]:
+        """The process id of each instance's worker (this process's for worker threads)."""
+        return [worker.pid if isinstance(worker, ProcessInstance) else os.getpid() for worker in self._workers]
+
+    def restart_worker(self, index: int) -> None:
+        """Start instance ``index``'s worker process again after it died (the supervisor's call)."""
+        worker = self._workers[index] if index < len(self._workers) else None
+        if isinstance(worker, ProcessInstance):
             worker.start()
-            self._workers.append(worker)
 
     def move_to_new_instances(self) -> None:
         """After the model was unloaded and loaded again: each worker leaves its old instance for the new one."""
@@ -112,7 +199,10 @@ class BoundModel:
             worker.move_to_new_instance()
 
     def stop(self) -> None:
-        """Stop and join the workers."""
+        """Stop and join the workers (a worker process that does not end within 5 s is killed)."""
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._watchdog = None
         for worker in self._workers:
             worker.stop()
         for worker in self._workers:
@@ -124,5 +214,5 @@ class BoundModel:
         return bool(self._workers) and all(worker.connected for worker in self._workers)
 
     def is_alive(self) -> bool:
-        """True while every worker thread runs."""
+        """True while every worker runs (or a worker process that died is being started again)."""
         return bool(self._workers) and all(worker.is_alive() for worker in self._workers)

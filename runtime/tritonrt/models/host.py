@@ -7,6 +7,8 @@ a ``RemoteTriton`` uploads its models into one started elsewhere.
 
 from __future__ import annotations
 
+import abc
+import enum
 import logging
 import os
 import pathlib
@@ -14,20 +16,23 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tritonrt.context import TritonContext, bind_triton_context
 from tritonrt.exceptions import PyTritonInvalidOperationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.models import repository, trace
-from tritonrt.models.bound import BoundModel
+from tritonrt.models.bound import BoundModel, ModelHooks
+from tritonrt.models.second_interrupt import second_ctrl_c
 from tritonrt.models.warmup import warm_up
+from tritonrt.models.worker_process import WorkerExit
+from tritonrt.models.workers import WorkerMode, WorkerOptions
 from tritonrt.server.api import ServerApi
 from tritonrt.server.config import TritonSecurityConfig
 from tritonrt.server.lifecycle import TritonLifecyclePolicy
-from tritonrt.server.supervisor import RecoveryPolicy, Supervisor
+from tritonrt.server.supervisor import RecoveryPolicy, Supervisor, WorkerExited
 
-__all__ = ["MONITORING_PERIOD_S", "ModelHost"]
+__all__ = ["MONITORING_PERIOD_S", "HostState", "ModelHost"]
 
 LOGGER = logging.getLogger("tritonrt")
 _Host = TypeVar("_Host", bound="ModelHost")
@@ -35,7 +40,30 @@ _Host = TypeVar("_Host", bound="ModelHost")
 MONITORING_PERIOD_S = 10.0  # PyTriton 0.7's period of serve()'s liveness checks
 
 
-class ModelHost:
+class HostState(enum.Enum):
+    r"""The lifecycle of a Triton or RemoteTriton, held by the object alone (``ModelHost._state``)::
+
+    NEW --run()--> STARTING --started--> SERVING --stop()--> STOPPING --> STOPPED --run()--> STARTING
+                       \--failed--> STOPPING
+    """
+
+    NEW = "new"
+    STARTING = "starting"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+_MOVES = {
+    HostState.NEW: {HostState.STARTING, HostState.STOPPING},
+    HostState.STARTING: {HostState.SERVING, HostState.STOPPING},
+    HostState.SERVING: {HostState.STOPPING},
+    HostState.STOPPING: {HostState.STOPPED},
+    HostState.STOPPED: {HostState.STARTING, HostState.STOPPING},
+}
+
+
+class ModelHost(abc.ABC):
     """What Triton and RemoteTriton share: bound models, their workers, loading them into a server, and the
     supervisor's hooks. Subclasses implement ``run``/``connect``, ``is_alive`` and ``stop``."""
 
@@ -50,6 +78,7 @@ class ModelHost:
         self._policy = lifecycle_policy
         self._recovery = recovery or RecoveryPolicy.from_env()
         self._supervisor: Supervisor | None = None
+        self._state = HostState.NEW
         self._generation = 0  # counts server starts: a report from an earlier one's workers is stale
         self._own_workspace = workspace is None
         self._workspace = pathlib.Path(workspace or tempfile.mkdtemp(prefix="tritonrt-workspace-"))
@@ -57,8 +86,6 @@ class ModelHost:
         self._models: dict[str, BoundModel] = {}
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)
-        self._running = False
-        self._stopping = False
         self._socket_dir: pathlib.Path | None = None
         self._socket_parent: pathlib.Path | None = None  # where the socket folder is made (None: the temp folder)
         self._api: ServerApi | None = None
@@ -70,22 +97,26 @@ class ModelHost:
     def bind(
         self,
         model_name: str,
-        infer_func: Callable | Sequence[Callable],
+        infer_func: Callable[..., Any] | Sequence[Callable[..., Any]],
         inputs: Sequence[Tensor],
         outputs: Sequence[Tensor],
         model_version: int = 1,
         config: ModelConfig | None = None,
         strict: bool = False,
         trace_config: list[str] | None = None,
+        *,
+        workers: WorkerOptions | None = None,
     ) -> None:
         """Bind an inference callable (or one per instance, as a list) to a model named ``model_name``.
 
         The callable receives a list of requests (dicts of numpy arrays) and returns a list of dicts.
         When the server is running the model is loaded at once. ``trace_config`` gives the model its own
-        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``).
+        trace settings (``["level=TIMESTAMPS", "rate=1"]``, see ``tritonrt.models.trace``). ``workers`` (tritonrt's
+        own) says where the instances run: threads of this process (default) or worker processes, their setup
+        hook, GPUs and execution timeout (see ``tritonrt.models.workers.WorkerOptions``).
         """
         model = BoundModel.from_bind(
-            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
+            model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config, workers
         )
         with self._lock:
             if model_name in self._models:
@@ -96,20 +127,45 @@ class ModelHost:
                 bind_triton_context(infer_callable, self.triton_context)
                 self.triton_context.model_configs[infer_callable] = model.config
             self._models[model_name] = model
-            if self._running:
-                self._deploy(model)
+            if self._state is HostState.SERVING:
+                try:
+                    self._deploy(model)
+                except BaseException:  # not served: not bound (bind again once the cause is fixed)
+                    del self._models[model_name]
+                    model.stop()
+                    raise
 
     def get_access_token(self) -> str | None:
         """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
         restricted (``TritonSecurityConfig(restricted_endpoints=[])``) and no token was given."""
         return self._security.access_token
 
-    def connect(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def connect(self) -> None:
+        """Serve the bound models (see the subclass)."""
 
     def is_connected(self) -> bool:
         """True while the bound models are served (after run(), serve() or connect(), until stop())."""
-        return self._running
+        return self._state is HostState.SERVING
+
+    @property
+    def state(self) -> HostState:
+        """Where this host is in its lifecycle."""
+        return self._state
+
+    def _move(self, to: HostState) -> HostState:
+        """Change the state (under the lock); the state it was in. A move the lifecycle does not have is a bug."""
+        with self._cv:
+            was = self._state
+            if to not in _MOVES[was]:
+                raise PyTritonInvalidOperationError(f"tritonrt: cannot go from {was.value} to {to.value}")
+            self._state = to
+            self._cv.notify_all()
+            return was
+
+    def _winding_down(self) -> bool:
+        """True from stop() (or a failed start) on, until the next run()."""
+        return self._state in (HostState.STOPPING, HostState.STOPPED)
 
     # -- lifecycle helpers -----------------------------------------------------------------------------------
 
@@ -136,10 +192,17 @@ class ModelHost:
 
     def _prepare(self, model: BoundModel) -> None:
         model.attach(self._socket_folder())
-        warm_up(model)  # before the model loads, as in PyTriton 0.7
+        model.set_up_here()
+        if model.mode is WorkerMode.THREAD:
+            warm_up(model)  # before the model loads, as in PyTriton 0.7 (a worker process warms itself up)
         self._publish(model)
         generation = self._generation
-        model.start(self._on_unrecoverable, lambda: self._on_peer_lost(model.name, generation))
+        hooks = ModelHooks(
+            self._on_unrecoverable,
+            lambda: self._on_peer_lost(model.name, generation),
+            lambda exit: self._on_worker_exit(exit, generation),
+        )
+        model.start(hooks, lambda index: warm_up(model, only=index))
 
     def _publish(self, model: BoundModel) -> None:
         """Make the model's files available to the server (here: its repository folder)."""
@@ -163,9 +226,21 @@ class ModelHost:
     def _on_peer_lost(self, name: str, generation: int) -> None:
         """A worker of ``name`` lost its instance unasked: have the supervisor reload the model."""
         supervisor = self._supervisor  # read without the lock: a restart may hold it while it stops this worker
-        if self._stopping or not self._running or generation != self._generation or supervisor is None:
+        if self._state is not HostState.SERVING or generation != self._generation or supervisor is None:
             return
         supervisor.model_lost(name)
+
+    def _on_worker_exit(self, exit: WorkerExit, generation: int) -> None:
+        """A worker process died unasked: have the supervisor start it again."""
+        supervisor = self._supervisor
+        if self._state is not HostState.SERVING or generation != self._generation or supervisor is None:
+            return
+        supervisor.worker_exited(WorkerExited(exit.model_name, exit.instance_index, exit.describe()))
+
+    def _restart_worker(self, name: str, index: int) -> None:
+        model = self._models.get(name)
+        if model is not None and not self._winding_down():
+            model.restart_worker(index)
 
     def _reload_model(self, name: str) -> None:
         """Unload, then load ``name``: Triton reports it not ready from the unload on, until it is loaded."""
@@ -186,6 +261,7 @@ class ModelHost:
             model_ready=lambda name: self._api is not None and self._api.is_model_ready(name),
             model_connected=lambda name: name in self._models and self._models[name].connected(),
             give_up=self._on_unrecoverable,
+            restart_worker=self._restart_worker,
         )
 
     def _stop_supervisor(self) -> None:
@@ -215,21 +291,35 @@ class ModelHost:
         it checks that the server and the models' workers live."""
         period = next((p for p in (monitoring_period_s, monitoring_period_sec) if p is not None), MONITORING_PERIOD_S)
         self.run()
-        LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
-        try:
+        try:  # a Ctrl+C as early as this log line is the first Ctrl+C too
+            LOGGER.info("Serving (press Ctrl+C or use `kill -SIGINT %d` to stop)", os.getpid())
             with self._cv:
                 while self.is_alive():
                     self._cv.wait(timeout=period)
         except KeyboardInterrupt:
-            LOGGER.info("SIGINT received, exiting.")
+            with second_ctrl_c(self._stop_at_once) as pressed_again:
+                LOGGER.info(
+                    "SIGINT received, exiting. Press Ctrl+C again to stop at once, without waiting for in-flight "
+                    "requests."
+                )
+                self.stop()
+            if pressed_again():  # the program exits non-zero unless it catches this
+                LOGGER.warning("SIGINT received again: stopped at once.")
+                raise KeyboardInterrupt from None
         finally:
             self.stop()
 
-    def run(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _stop_at_once(self) -> None:
+        """The second Ctrl+C during ``serve()``'s drain (from a signal handler): end the drain now."""
 
-    def is_alive(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Start serving the bound models (see the subclass)."""
+
+    @abc.abstractmethod
+    def is_alive(self) -> bool:
+        """True while the models are served or being brought back (see the subclass)."""
 
     def __enter__(self: _Host) -> _Host:
         """Start serving (``run()``) unless the lifecycle policy says to wait for run()/serve()."""
@@ -244,5 +334,6 @@ class ModelHost:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def stop(self) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop(self) -> bool:
+        """Stop serving; True when this call stopped something (see the subclass)."""

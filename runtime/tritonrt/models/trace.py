@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 from tritonrt.server.api import ServerApi
 
-if TYPE_CHECKING:
-    from tritonrt.models.bound import BoundModel
-
-__all__ = ["apply_trace_config", "model_trace_settings", "validate_trace_config"]
+__all__ = ["TracedModel", "apply_trace_config", "model_trace_settings", "validate_trace_config"]
 
 LOGGER = logging.getLogger("tritonrt")
 
@@ -81,7 +78,17 @@ def model_trace_settings(trace_config: Sequence[str], model_name: str = "") -> d
     return settings
 
 
-def apply_trace_config(api: ServerApi, model: BoundModel) -> None:
+class TracedModel(Protocol):
+    """What :func:`apply_trace_config` reads of a bound model (tritonrt.models.bound.BoundModel has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def trace_config(self) -> Sequence[str] | None: ...
+
+
+def apply_trace_config(api: ServerApi, model: TracedModel) -> None:
     """Give the loaded ``model`` its own trace settings in the server, if its bind set any. The model serves
     either way: a refusal is logged with the server's reason."""
     settings = model_trace_settings(model.trace_config, model.name) if model.trace_config else {}

@@ -24,8 +24,9 @@ __all__ = ["warm_up"]
 LOGGER = logging.getLogger("tritonrt")
 
 
-def warm_up(model: BoundModel) -> None:
-    """Call each of ``model``'s callables once per warm-up request (none configured: nothing happens)."""
+def warm_up(model: BoundModel, only: int | None = None) -> None:
+    """Call each of ``model``'s callables (``only``: that instance's) once per warm-up request (none configured:
+    nothing happens). A worker process warms its own callable up, after its setup."""
     if not model.warmup:
         return
     try:
@@ -39,6 +40,8 @@ def warm_up(model: BoundModel) -> None:
         LOGGER.warning("Warm-up of model %r sends inputs the model does not have: %s", model.name, ", ".join(unknown))
     LOGGER.info("Warming up model %r: %d request(s) per callable", model.name, len(requests))
     for index, infer_callable in enumerate(model.callables):
+        if only is not None and index != only:
+            continue
         for number, data in enumerate(requests, start=1):
             try:
                 _finish(infer_callable([Request(dict(data))]))

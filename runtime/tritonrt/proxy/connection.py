@@ -12,20 +12,22 @@ import hmac
 import os
 import pathlib
 import socket
-import sys
 from collections.abc import Mapping
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
 from tritonrt.memory import data_address
 from tritonrt.proxy import wire
+from tritonrt.proxy.error_log import describe
 from tritonrt.proxy.link import Link, PeerGone
 from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
-from tritonrt.proxy.tensors import array_from, encode_bytes, wire_dtype
+from tritonrt.proxy.tensors import SENT_AS_IS, array_from, encode_bytes, wire_dtype
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import (
     DATA_ALIGN,
+    DTYPE_BYTES,
     FLAG_DECOUPLED,
     FLAG_FINAL,
     FLAG_NEW_REGION,
@@ -49,6 +51,7 @@ from tritonrt.proxy.wire import (
     Header,
     RequestMeta,
     WireError,
+    align,
 )
 from tritonrt.proxy.wire_decode import decode_batch, decode_body
 
@@ -66,7 +69,7 @@ VERSION_TEXT = "tritonrt-worker 0.1.0"
 _HANDSHAKE_TIMEOUT_S = 10.0
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
-_NO_REGION = object()
+_NO_REGION = object()  # never any array's base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +118,50 @@ class ErrorResponse(Exception):
     def __init__(self, message: str, code: int = wire.ERROR_INTERNAL):
         super().__init__(message)
         self.code = code
+
+
+@dataclasses.dataclass(slots=True)
+class _Outgoing:
+    """An output on its way out: the wire's tensor record (named as native/src/wire/records.rs names it), and
+    ``payload``, the data still to place: the little-endian array, or its bytes (a small output that views the
+    backend's region or is not contiguous); None once copied into this side's region, when sent by reference,
+    or when empty."""
+
+    name: bytes  # UTF-8
+    dtype: int
+    location: int
+    offset: int
+    byte_length: int
+    shape: tuple[int, ...]
+    payload: bytes | np.ndarray | None
+
+
+# One response of a reply: its outputs, its error, or nothing (a stream's step without output for that request).
+_Record: TypeAlias = "list[_Outgoing] | BaseException | None"
+
+
+class _Answer(NamedTuple):
+    """A reply's responses sorted for sending: one record each, and the outputs with bytes to place, by name."""
+
+    records: list[_Record]
+    inline: dict[str, list[_Outgoing]]
+    regional: dict[str, list[_Outgoing]]
+
+
+class _MetaKey(NamedTuple):
+    """What a batch's decoded metadata depends on (see WorkerConnection._decoded)."""
+
+    meta: bytes
+    records: int  # the header's count
+    data_length: int
+    in_region: bool
+    in_peer_region: bool
+
+
+# NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
+_meta_key = partial(tuple.__new__, _MetaKey)
+_answer = partial(tuple.__new__, _Answer)
+_header = partial(tuple.__new__, Header)
 
 
 class WorkerListener:
@@ -203,7 +250,7 @@ class WorkerConnection:
         self._replies = 0  # REPLY messages sent for the current batch
         self._region_reply = 0  # the last of them that used this side's region
         self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
-        self._last_key: tuple | None = None  # the last batch's metadata and header fields (see _decoded)
+        self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
 
     # -- receiving ---------------------------------------------------------------------------------------------
@@ -282,12 +329,14 @@ class WorkerConnection:
         """The batch's request records. Under steady traffic consecutive batches often carry the very same
         metadata (same inputs, shapes and offsets): it is decoded and checked once, then reused while its bytes
         and what its checks depended on (the header's count, data length and regions named) stay the same."""
-        key = (
-            bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
-            header.count,
-            header.data_length,
-            header.region_id != 0,
-            header.peer_region_id != 0,
+        key = _meta_key(
+            (
+                bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
+                header.count,
+                header.data_length,
+                header.region_id != 0,
+                header.peer_region_id != 0,
+            )
         )
         if key == self._last_key:
             return self._last_decoded
@@ -297,21 +346,44 @@ class WorkerConnection:
 
     # -- sending -----------------------------------------------------------------------------------------------
 
-    def reply(self, seq: int, responses: list, *, final: bool = True) -> None:
+    def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
         """Send one response per request of batch ``seq``, in order: a mapping of output name to array, an
         exception (the request fails with its message; ErrorResponse carries a code), or None (nothing this
-        time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: drop
-        every reference to the batch's requests and inputs first, so that this side can tell the backend
+        time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: the caller
+        holds no reference to the batch's requests and inputs any more, so that this side can tell the backend
         whether the callable kept views of its region."""
+        answer = self._sort(responses)  # (what it held of the callable's arrays is gone with its locals)
+        parts, inline_end = _lay_out_inline(answer.inline)
+        region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
+        meta = _encode_records(answer.records)
+        flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
+        if final and self._retained():
+            flags |= FLAG_RETAINED
+        self._replies += 1
+        if region is not None and not final:
+            self._region_reply = self._replies
+        new_region = region if announce else None
+        peer = self._peer
+        header = _header((
+            KIND_REPLY, flags, len(answer.records), seq, new_region.size if new_region is not None else 0,
+            region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
+        ))  # fmt: skip
+        parts[0] = head = wire.encode_message(header, meta, inline_end)
+        self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
+        if new_region is not None:
+            new_region.close_fd()
+
+    def _sort(self, responses: list[Any]) -> _Answer:
+        """Each response as a record, and the outputs that carry bytes by name and by where they go (consumes
+        ``responses``). Outputs are grouped by name so that each output's tensors lie back to back."""
         threshold = self.settings.inline_threshold
         peer = self._peer
-        peer_base: Any = peer.base if peer is not None else _NO_REGION  # never any array's base
-        response: Any
-        value: Any
-        array: Any
-        records: list = []
-        inline: dict[str, list] = {}
-        regional: dict[str, list] = {}
+        # (Locals, gone when this returns: the reply asks whether the callable kept views of the region after.)
+        peer_base: object = peer.base if peer is not None else _NO_REGION
+        peer_start = peer.start if peer is not None else 0
+        records: list[_Record] = []
+        inline: dict[str, list[_Outgoing]] = {}
+        regional: dict[str, list[_Outgoing]] = {}
         for response in responses:
             if type(response) is not dict:  # (a dict is the common case: skip the checks below)
                 if response is None or isinstance(response, BaseException):
@@ -323,109 +395,55 @@ class WorkerConnection:
                     continue
             outputs = []
             for name, value in response.items():
-                array = value if type(value) is np.ndarray else np.asarray(value)
-                code = wire_dtype(array.dtype)
-                if code == wire.DTYPE_BYTES:
-                    shape = array.shape
-                    array = encode_bytes(array) if array.size else b""
-                    entry = [name.encode(), code, LOCATION_INLINE, 0, len(array), shape, array]
+                array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
+                shape, code = array.shape, SENT_AS_IS.get(array.dtype)
+                if code is None:  # (rare: bytes objects, or a big-endian array)
+                    array, code = _as_sent(array)
+                size = array.nbytes
+                tensor = _Outgoing(name.encode(), code, LOCATION_INLINE, 0, size, shape, array)
+                if size >= threshold:
+                    if array.base is peer_base and array.flags.c_contiguous:  # an input, or part of one
+                        tensor.location, tensor.offset = LOCATION_RECEIVER_REGION, data_address(array) - peer_start
+                        tensor.payload = None
+                    else:
+                        regional.setdefault(name, []).append(tensor)
+                elif size:
+                    if array.base is peer_base or not array.flags.c_contiguous:
+                        tensor.payload = array.tobytes()  # no view of the region outlives the reply; contiguous
+                    inline.setdefault(name, []).append(tensor)
                 else:
-                    if array.dtype.byteorder == ">":
-                        array = array.astype(array.dtype.newbyteorder("<"))
-                    entry = [name.encode(), code, LOCATION_INLINE, 0, array.nbytes, array.shape, array]
-                    if (
-                        peer is not None
-                        and array.nbytes >= threshold
-                        and array.base is peer_base
-                        and array.flags.c_contiguous
-                    ):
-                        entry[2], entry[3], entry[6] = LOCATION_RECEIVER_REGION, data_address(array) - peer.start, None
-                        outputs.append(entry)
-                        continue
-                if entry[4] >= threshold:
-                    regional.setdefault(name, []).append(entry)
-                elif entry[4]:
-                    if type(array) is np.ndarray and (array.base is peer_base or not array.flags.c_contiguous):
-                        entry[6] = array.tobytes()  # keep no view of the backend's region, and send contiguous bytes
-                    inline.setdefault(name, []).append(entry)
-                outputs.append(entry)
+                    tensor.payload = None
+                outputs.append(tensor)
             records.append(outputs)
         responses.clear()
-        # Drop the loop's references to the callable's arrays and to the region's base array (see _retained).
-        response = value = array = peer_base = None  # noqa: F841
-        parts: list = [b""]
-        inline_end = 0
-        for run in inline.values():
-            padding = -inline_end % DATA_ALIGN
-            if padding:
-                parts.append(_PADDING[:padding])
-                inline_end += padding
-            for entry in run:
-                entry[3] = inline_end
-                parts.append(entry[6])
-                inline_end += entry[4]
-        region, announce = self._lay_out(regional) if regional else (None, False)
-        meta = bytearray()
-        for record in records:
-            if record is None:
-                meta += _NO_OUTPUTS
-            elif isinstance(record, BaseException):
-                message = str(record) if isinstance(record, ErrorResponse) else _describe(record)
-                encoded = message.encode()[: wire.MAX_TEXT_BYTES]
-                code = getattr(record, "code", wire.ERROR_INTERNAL)
-                meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
-                meta += encoded
-            else:
-                meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
-                for name, code, location, offset, nbytes, shape, _ in record:
-                    wire.pack_tensor(meta, name, code, location, offset, nbytes, shape)
-        count = len(records)
-        del records, inline, regional
-        flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
-        if final and self._retained():
-            flags |= FLAG_RETAINED
-        self._replies += 1
-        if region is not None and not final:
-            self._region_reply = self._replies
-        new_region = region if announce else None
-        header = Header(
-            KIND_REPLY, flags, count, seq, new_region.size if new_region is not None else 0,
-            region.id if region is not None else 0, peer.id if peer is not None else 0,
-        )  # fmt: skip
-        parts[0] = head = wire.encode_message(header, meta, inline_end)
-        self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
-        if new_region is not None:
-            new_region.close_fd()
+        return _answer((records, inline, regional))
 
     def _retained(self) -> bool:
-        """True when arrays still view the backend's region used by this batch (every array built on it, and every
-        view derived from them, holds a reference to its base array; the mapping holds one, getrefcount another)."""
-        return self._used_peer_region and self._peer is not None and sys.getrefcount(self._peer.base) > 2
+        """True when arrays still view the backend's region used by this batch (see tritonrt.proxy.views)."""
+        return self._used_peer_region and self._peer is not None and self._peer.viewed()
 
-    def _lay_out(self, runs: dict[str, list]) -> tuple[OwnRegion, bool]:
-        """Copy the runs into this side's region (each run aligned), making a region when there is no room."""
+    def _lay_out(self, runs: dict[str, list[_Outgoing]]) -> tuple[OwnRegion, bool]:
+        """Copy the runs into this side's region (each run aligned), making a region when there is no room; the
+        region, and whether it is new to the backend."""
         need = 0
         for run in runs.values():
-            need = -(-need // DATA_ALIGN) * DATA_ALIGN + sum(entry[4] for entry in run)
+            need = align(need) + sum(tensor.byte_length for tensor in run)
         own = self._own
-        if own is not None and own.top and -(-own.top // DATA_ALIGN) * DATA_ALIGN + need > own.size:
+        if own is not None and own.top and align(own.top) + need > own.size:
             self.poll()  # an ACK may have freed the region
-        start = -(-own.top // DATA_ALIGN) * DATA_ALIGN if own is not None else 0
+        start = align(own.top) if own is not None else 0
         if own is None or start + need > own.size:
             own = self._own = OwnRegion(self._next_region_id, size_for(need, self.settings.region_limit))
             self._next_region_id += 1
             start = 0
         for run in runs.values():
-            start = -(-start // DATA_ALIGN) * DATA_ALIGN
-            for entry in run:
-                entry[2], entry[3] = LOCATION_SENDER_REGION, start
-                payload, nbytes = entry[6], entry[4]
-                if type(payload) is bytes:
-                    own.map[start : start + nbytes] = payload
-                else:
-                    np.copyto(np.ndarray(payload.shape, payload.dtype.newbyteorder("<"), own.base, start), payload)
-                entry[6] = None
-                start += nbytes
+            start = align(start)
+            for tensor in run:
+                array = tensor.payload  # (an array: large outputs are never turned into bytes)
+                assert isinstance(array, np.ndarray)
+                np.copyto(np.ndarray(array.shape, array.dtype, own.base, start), array)
+                tensor.location, tensor.offset, tensor.payload = LOCATION_SENDER_REGION, start, None
+                start += tensor.byte_length
         own.top = start
         announce = not own.announced
         own.announced = True
@@ -442,6 +460,47 @@ class WorkerConnection:
         self._peer = self._own = None
 
 
-def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+def _as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:
+    """An array that does not travel as it is, and its wire code: a BYTES array's serialization (as uint8), or a
+    big-endian array as little-endian; ValueError naming the dtype when it has no Triton type."""
+    code = wire_dtype(array.dtype)
+    if code == DTYPE_BYTES:
+        return (np.frombuffer(encode_bytes(array), np.uint8) if array.size else np.empty(0, np.uint8)), code
+    return array.astype(array.dtype.newbyteorder("<")), code
+
+
+def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.ndarray | None], int]:
+    """The parts of a message after its head (``parts[0]``, filled in later): each run of inline tensors aligned,
+    each tensor's offset set; and the inline data's length."""
+    parts: list[bytes | np.ndarray | None] = [b""]  # (inline tensors always carry their bytes)
+    end = 0
+    for run in runs.values():
+        start = align(end)
+        if start > end:
+            parts.append(_PADDING[: start - end])
+            end = start
+        for tensor in run:
+            tensor.offset = end
+            parts.append(tensor.payload)
+            end += tensor.byte_length
+    return parts, end
+
+
+def _encode_records(records: list[_Record]) -> bytearray:
+    """A REPLY's metadata: one response record per request, after its outputs were placed."""
+    meta = bytearray()
+    pack_tensor = wire.pack_tensor
+    for record in records:
+        if record is None:
+            meta += _NO_OUTPUTS
+        elif isinstance(record, BaseException):
+            message = str(record) if isinstance(record, ErrorResponse) else describe(record)
+            encoded = message.encode()[: wire.MAX_TEXT_BYTES]
+            code = record.code if isinstance(record, ErrorResponse) else wire.ERROR_INTERNAL
+            meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
+            meta += encoded
+        else:
+            meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
+            for t in record:
+                pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
+    return meta

@@ -9,6 +9,8 @@ on their own fail.
 - A batch of one request is not run again: its error is its own.
 - A callable marked ``@no_retry`` (:mod:`tritonrt.decorators.retry`) runs once: every request of a failed
   batch fails, with a message that names no request's data (the error itself goes to the server's log).
+- Every error the callable raises goes to the server's log with its traceback, each distinct one once per
+  minute (:mod:`tritonrt.proxy.error_log`).
 - ``PyTritonUnrecoverableError`` is never retried: it stops the server.
 - Decoupled (streaming) models are not retried either: their responses may have been sent already.
 
@@ -29,8 +31,9 @@ from typing import TypeVar
 
 from tritonrt.exceptions import PyTritonUnrecoverableError
 from tritonrt.proxy.connection import ErrorResponse
+from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
 
-__all__ = ["RequestError", "answer_each", "describe"]
+__all__ = ["RequestError", "answer_each"]
 
 LOGGER = logging.getLogger("tritonrt.proxy")
 _R = TypeVar("_R")
@@ -40,12 +43,6 @@ _T = TypeVar("_T")
 class RequestError(ErrorResponse):
     """One request's failure; ``str()`` is the whole message its client gets (no traceback is kept). A reply
     sends it as it is (an :class:`~tritonrt.proxy.connection.ErrorResponse`)."""
-
-
-def describe(error: BaseException) -> str:
-    """``"ValueError: x must be positive"``: the error's type, and its text when it has one."""
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def answer_each(
@@ -64,7 +61,7 @@ def answer_each(
         raise
     except Exception as error:
         message = describe(error)
-        LOGGER.debug("inference callable of %r raised for a batch of %d", model, len(requests), exc_info=True)
+        CALLABLE_ERRORS.record(model, error)
     count = len(requests)
     if count == 1:
         return [RequestError(message)]
@@ -82,6 +79,7 @@ def answer_each(
         except PyTritonUnrecoverableError:
             raise
         except Exception as error:
+            CALLABLE_ERRORS.record(model, error)
             outcomes.append(RequestError(describe(error)))
     failed = sum(isinstance(outcome, RequestError) for outcome in outcomes)
     LOGGER.info(

@@ -13,10 +13,12 @@ import math
 import os
 import select
 import socket
-import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from tritonrt.proxy.regions import received_fds
+from tritonrt.proxy.views import Held
 from tritonrt.proxy.wire import FLAG_NEW_REGION, HEADER_SIZE, Header, WireError, decode_header
 
 __all__ = ["Link", "PeerGone"]
@@ -42,7 +44,7 @@ class Link:
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
         self._spin_s = spin_s
-        self._buffer = bytearray(_INITIAL)
+        self._buffer = Held(bytearray(_INITIAL))  # see tritonrt.proxy.views
         self._end = 0  # bytes held
         self._consumed = 0  # length of the message returned last
         self._fds: collections.deque[int] = collections.deque()
@@ -56,7 +58,7 @@ class Link:
         while True:
             need = HEADER_SIZE
             if self._end >= HEADER_SIZE:
-                header = decode_header(self._buffer)
+                header = decode_header(self._buffer.value)
                 need = header.total_length
                 if self._end >= need:
                     self._consumed = need
@@ -65,19 +67,18 @@ class Link:
                         if not self._fds:
                             raise WireError("a new region was announced without its descriptor", breaks_stream=True)
                         fd = self._fds.popleft()
-                    return header, self._buffer, fd
-            if need > len(self._buffer):
+                    return header, self._buffer.value, fd
+            if need > len(self._buffer.value):
                 grown = bytearray(need)
-                grown[: self._end] = memoryview(self._buffer)[: self._end]
-                self._buffer = grown
+                grown[: self._end] = memoryview(self._buffer.value)[: self._end]
+                self._buffer = Held(grown)
             if not self._read(deadline):
                 return None
 
     def _drop_consumed(self) -> None:
         """Move what follows the last message to the buffer's start (into a new buffer while arrays view it)."""
         consumed, self._consumed = self._consumed, 0
-        # References: self._buffer and getrefcount's argument; any more are arrays or views of the buffer.
-        exported = sys.getrefcount(self._buffer) > 2
+        exported = self._buffer.viewed()
         if not exported:
             if consumed == self._end:  # the common case: the last message was all there was
                 self._end = 0
@@ -85,10 +86,10 @@ class Link:
             if not consumed:
                 return
         left = self._end - consumed
-        rest = bytes(memoryview(self._buffer)[consumed : self._end]) if left else b""
+        rest = bytes(memoryview(self._buffer.value)[consumed : self._end]) if left else b""
         if exported:
-            self._buffer = bytearray(max(_INITIAL, left))
-        self._buffer[:left] = rest
+            self._buffer = Held(bytearray(max(_INITIAL, left)))
+        self._buffer.value[:left] = rest
         self._end = left
 
     def _read(self, deadline: float | None) -> bool:
@@ -119,7 +120,7 @@ class Link:
 
     def _read_now(self, nowait: int = _NOWAIT) -> bool:
         """Read what has arrived (``nowait=0``: wait for something); False if nothing had."""
-        view = memoryview(self._buffer)[self._end :]
+        view = memoryview(self._buffer.value)[self._end :]
         try:
             count, ancillary, flags, _ = self.sock.recvmsg_into([view], _ANCILLARY, _FLAGS | nowait)
         except BlockingIOError:
@@ -133,7 +134,7 @@ class Link:
         self._end += count
         return True
 
-    def _take_fds(self, ancillary: list, flags: int) -> None:
+    def _take_fds(self, ancillary: list[tuple[int, int, bytes]], flags: int) -> None:
         fds = received_fds(ancillary)
         if flags & _CTRUNC:
             for fd in fds:
@@ -143,7 +144,7 @@ class Link:
         if len(self._fds) > 2:
             raise WireError("the peer sent descriptors that no message announced", breaks_stream=True)
 
-    def send(self, parts: list, fd: int = -1, total: int = -1) -> None:
+    def send(self, parts: Sequence[Any], fd: int = -1, total: int = -1) -> None:
         """Send ``parts`` (bytes-like objects) as one message of ``total`` bytes (-1: count them); ``fd`` goes
         with its first byte."""
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd >= 0 else []

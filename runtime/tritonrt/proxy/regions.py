@@ -18,7 +18,8 @@ import stat
 import numpy as np
 
 from tritonrt.memory import data_address
-from tritonrt.proxy.wire import WireError
+from tritonrt.proxy.views import Held
+from tritonrt.proxy.wire import WireError, align
 
 __all__ = ["OwnRegion", "PeerRegion", "RegionError", "default_region_limit", "received_fds", "size_for"]
 
@@ -52,13 +53,13 @@ def size_for(need: int, limit: int) -> int:
             "bytes: return smaller outputs, or raise the limit"
         )
     wanted = need + min(need // 2, _HEADROOM_LIMIT)
-    return max(need, min(-(-wanted // _GRANULE) * _GRANULE, limit))
+    return max(need, min(align(wanted, _GRANULE), limit))
 
 
 class OwnRegion:
     """This side's outgoing region, mapped read-write; ``base`` views it as uint8."""
 
-    def __init__(self, region_id: int, size: int):
+    def __init__(self, region_id: int, size: int) -> None:
         fd = os.memfd_create("tritonrt", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
@@ -85,27 +86,38 @@ class OwnRegion:
 
 
 class PeerRegion:
-    """This side's mapping of the peer's region; ``base`` views it as uint8 (numpy makes it the base of every
-    array built on it, so its reference count tells whether arrays still view the region)."""
+    """This side's mapping of the peer's region, read-only (``PROT_READ``: this process cannot change the peer's
+    memory, so arrays built on it are not writeable). ``base`` views it as uint8; numpy makes it the base of every
+    array built on it, so :meth:`viewed` tells whether arrays still view the region (see
+    :mod:`tritonrt.proxy.views`)."""
 
-    def __init__(self, region_id: int, fd: int, size: int):
+    def __init__(self, region_id: int, fd: int, size: int) -> None:
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size != size:
                 raise WireError(f"the peer's region {region_id} is not a regular file of {size} bytes")
             if not fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK:
                 raise WireError(f"the peer's region {region_id} is not sealed against shrinking")
-            self.map = mmap.mmap(fd, size)
+            self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         except OSError as error:
             raise WireError(f"the peer's region {region_id} cannot be mapped: {error}") from None
         finally:
             os.close(fd)
         self.id, self.size = region_id, size
-        self.base = np.frombuffer(self.map, np.uint8)
-        self.start = data_address(self.base)
+        self._held: Held[np.ndarray] = Held(np.frombuffer(self.map, np.uint8))
+        self.start = data_address(self._held.value)
+
+    @property
+    def base(self) -> np.ndarray:
+        """The whole region as a read-only uint8 array (keep no reference to it: see :meth:`viewed`)."""
+        return self._held.value
+
+    def viewed(self) -> bool:
+        """True while arrays built on the region (or views of them) are alive."""
+        return self._held.viewed()
 
 
-def received_fds(ancillary: list) -> list[int]:
+def received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     """The file descriptors in recvmsg's ancillary data."""
     fds: list[int] = []
     for level, kind, data in ancillary:

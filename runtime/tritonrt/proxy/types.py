@@ -10,7 +10,7 @@ import numpy as np
 __all__ = ["Request", "Requests", "Response", "Responses"]
 
 
-class Request(MutableMapping):
+class Request(MutableMapping[str, np.ndarray]):
     """One inference request: a mapping of input name to numpy array.
 
     ``parameters`` holds the request parameters (and forwarded headers) sent by the client;

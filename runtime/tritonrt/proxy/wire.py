@@ -167,9 +167,9 @@ class Welcome(NamedTuple):
 _new_header = partial(tuple.__new__, Header)
 
 
-def align(value: int) -> int:
-    """``value`` rounded up to a multiple of DATA_ALIGN."""
-    return -(-value // DATA_ALIGN) * DATA_ALIGN
+def align(value: int, alignment: int = DATA_ALIGN) -> int:
+    """``value`` rounded up to a multiple of ``alignment`` (DATA_ALIGN unless told)."""
+    return -(-value // alignment) * alignment
 
 
 def expected_bytes(dtype: int, shape: Sequence[int]) -> int:

@@ -80,7 +80,7 @@ class _Reader:
         self.at = at + count
         return at
 
-    def unpack(self, layout: struct.Struct, what: str) -> tuple:
+    def unpack(self, layout: struct.Struct, what: str) -> tuple[Any, ...]:
         return layout.unpack_from(self.buffer, self.take(layout.size, what))
 
     def text(self, length: int, limit: int, what: str) -> str:
@@ -172,7 +172,7 @@ class _Reader:
             correlation = self.string(MAX_TEXT_BYTES, f"request {index}: its correlation id")
         elif correlation_kind != CORRELATION_UINT:
             raise WireError(f"request {index}: unknown correlation id kind {correlation_kind}")
-        parameters: dict = {}
+        parameters: dict[str, str | int | bool | float] = {}
         if parameter_count:
             what = f"request {index}"
             for _ in range(self.count(parameter_count, _PARAMETER_MIN - 3, f"parameters of {what}")):
@@ -186,7 +186,7 @@ class _Reader:
         inputs = [self.tensor(what) for _ in range(input_count)]
         return _request_meta((request_id, flags, correlation, parameters, requested, inputs))
 
-    def parameter(self, parameters: dict, what: str) -> None:
+    def parameter(self, parameters: dict[str, str | int | bool | float], what: str) -> None:
         kind = self.unpack(_U8, what)[0]
         key = self.name(f"{what}: a parameter's key")
         if kind == 0:

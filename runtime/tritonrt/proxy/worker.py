@@ -13,8 +13,8 @@ import inspect
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple
 
 from tritonrt.decorators.retry import retries_allowed
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
@@ -26,7 +26,8 @@ from tritonrt.proxy.connection import (
     WorkerConnection,
     WorkerListener,
 )
-from tritonrt.proxy.isolation import answer_each, describe
+from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
+from tritonrt.proxy.isolation import answer_each
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import WireError
@@ -34,6 +35,13 @@ from tritonrt.proxy.wire import WireError
 __all__ = ["CallableWorker"]
 
 LOGGER = logging.getLogger("tritonrt.proxy")
+
+
+class _Failure(NamedTuple):
+    """A batch that failed as a whole: the message its requests get, and whether the server must stop."""
+
+    message: str
+    unrecoverable: bool
 
 
 class CallableWorker(threading.Thread):
@@ -47,7 +55,7 @@ class CallableWorker(threading.Thread):
 
     def __init__(
         self,
-        infer_callable: Callable,
+        infer_callable: Callable[..., Any],
         listener: WorkerListener,
         model_config: TritonModelConfig,
         *,
@@ -115,60 +123,75 @@ class CallableWorker(threading.Thread):
                 self._loop.close()
 
     def _serve_next(self, connection: WorkerConnection) -> None:
-        """Receive a batch, call the callable, reply. Holds the only references to the requests: they are dropped
-        before the final reply, which tells the backend whether the callable kept views of its region."""
-        seq, requests = connection.receive_batch()
-        count = len(requests)
-        result: Any = None
-        responses: Any = None
-        try:
-            if not self._config.decoupled:
-                outcomes = answer_each(self._run, requests, retry=self._retry, model=self._config.model_name)
-                requests = []  # (rebinding drops the batch's requests; the list may be the callable's too)
-                # Each outcome is a response or a RequestError, which replies send as they are; reply() empties
-                # the list, so that no reference to an output (maybe a view of an input) outlives it.
-                self._send(connection, seq, outcomes, final=True)
+        """Receive a batch, call the callable, reply: the batch path, or the stream path of a decoupled model.
+
+        Each path receives the batch inside a call that returns the answer but not the requests: once it
+        returns, nothing of this worker refers to the requests or their inputs any more, so the final reply can
+        tell the backend whether the callable kept views of its region (see tritonrt.proxy.views)."""
+        if self._config.decoupled:
+            seq, failure = self._stream(connection, *connection.receive_batch())
+            if failure is None:
+                self._send(connection, seq, [], final=True)
+        else:
+            seq, answer = self._answer(*connection.receive_batch())
+            if isinstance(answer, _Failure):
+                failure = answer
+            else:
+                self._send(connection, seq, answer, final=True)  # (reply() empties the list: no output outlives it)
                 return
-            # A stream: one reply per step of the (async) generator; once every request of the batch was
-            # cancelled, the generator is closed (its finally blocks run).
-            result = self._iterate(self._resolve(self._callable(requests)))
-            requests = []
+        if failure is not None:
+            connection.fail(seq, failure.message)
+            if failure.unrecoverable:
+                self._on_unrecoverable(failure.message)
+
+    def _answer(self, seq: int, requests: list[Request]) -> tuple[int, list[Any] | _Failure]:
+        """The batch path: one outcome per request (a response, or a RequestError sent as it is), or the failure
+        of the whole batch."""
+        try:
+            return seq, answer_each(self._run, requests, retry=self._retry, model=self._config.model_name)
+        except (PeerGone, WireError, OSError):
+            raise
+        except Exception as error:
+            return seq, self._failure(error)
+
+    def _stream(self, connection: WorkerConnection, seq: int, requests: list[Request]) -> tuple[int, _Failure | None]:
+        """The stream path: one reply per step of the (async) generator, the requests cancelled by their clients
+        answered with nothing; once every request of the batch was cancelled, the generator is closed (its
+        finally blocks run). The failure of the stream, if it failed."""
+        count = len(requests)
+        try:
+            steps = self._iterate(self._resolve(self._callable(requests)))
             try:
-                for responses in result:
+                for responses in steps:
                     cancelled = connection.poll()
                     if len(cancelled) >= count:
                         break
                     checked = self._checked(responses, count)
-                    responses = None
                     for index in cancelled:
                         checked[index] = None
                     self._send(connection, seq, checked, final=False)
             finally:
-                result.close()
-            result = responses = None  # drop every view of the inputs before the final reply
-            self._send(connection, seq, [], final=True)
-            return
-        except PyTritonUnrecoverableError as error:
-            message = f"Unrecoverable error in model {self._config.model_name!r}: {error}"
-            unrecoverable = True
+                steps.close()
         except (PeerGone, WireError, OSError):
             raise
         except Exception as error:
-            LOGGER.debug("inference callable of %s raised", self._config.model_name, exc_info=True)
-            message, unrecoverable = describe(error), False
-        # Outside the handler: the exception and its traceback (which may hold the inputs) are gone.
-        requests, result, responses = [], None, None
-        connection.fail(seq, message)
-        if unrecoverable:
-            self._on_unrecoverable(message)
+            return seq, self._failure(error)
+        return seq, None
 
-    def _send(self, connection: WorkerConnection, seq: int, responses: list, *, final: bool) -> None:
+    def _failure(self, error: Exception) -> _Failure:
+        """What the batch's requests are told when the callable raised; the error itself is not kept."""
+        if isinstance(error, PyTritonUnrecoverableError):
+            return _Failure(f"Unrecoverable error in model {self._config.model_name!r}: {error}", True)
+        CALLABLE_ERRORS.record(self._config.model_name, error)
+        return _Failure(describe(error), False)
+
+    def _send(self, connection: WorkerConnection, seq: int, responses: list[Any], *, final: bool) -> None:
         try:
             connection.reply(seq, responses, final=final)
         except RegionError as error:  # no memory for the outputs: those requests fail, the worker serves on
             connection.fail(seq, str(error))
 
-    def _run(self, requests: list[Request]) -> list[dict]:
+    def _run(self, requests: list[Request]) -> list[Any]:
         """Call the callable on ``requests``; return their checked responses."""
         result = self._callable(requests)
         if type(result) is not list:  # anything but the common case: a plain list of responses
@@ -187,7 +210,7 @@ class CallableWorker(threading.Thread):
             )
         return result
 
-    def _iterate(self, result: Any) -> Iterator[Any]:
+    def _iterate(self, result: Any) -> Generator[Any, None, None]:
         if inspect.isasyncgen(result):
             loop = self._event_loop()
             iterator = result.__aiter__()
@@ -212,7 +235,7 @@ class CallableWorker(threading.Thread):
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def _checked(self, responses: Any, count: int) -> list:
+    def _checked(self, responses: Any, count: int) -> list[Any]:
         """The callable's responses, checked: a list of ``count`` dicts (a new list, which reply consumes)."""
         name = self._config.model_name
         if isinstance(responses, dict):

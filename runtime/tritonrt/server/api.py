@@ -74,7 +74,7 @@ class ServerApi:
             import tritonclient.grpc as grpcclient
 
             with grpcclient.InferenceServerClient(self.grpc_url) as client:
-                return client.is_server_live(headers=self._grpc_headers(), client_timeout=1)
+                return bool(client.is_server_live(headers=self._grpc_headers(), client_timeout=1))
         except Exception:
             return False
 
@@ -87,7 +87,7 @@ class ServerApi:
             import tritonclient.grpc as grpcclient
 
             with grpcclient.InferenceServerClient(self.grpc_url) as client:
-                return client.is_model_ready(name, headers=self._grpc_headers(), client_timeout=5)
+                return bool(client.is_model_ready(name, headers=self._grpc_headers(), client_timeout=5))
         except Exception:
             return False
 

@@ -164,7 +164,7 @@ class TritonConfig:
             values[name] = [*(values.get(name) or []), *(entries[index] for index in sorted(entries))]
         return cls(**values)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (``None`` for unset ones)."""
         return dataclasses.asdict(self)
 

@@ -87,7 +87,7 @@ def guard_spec(command: Sequence[str], hidden: Mapping[int, str], cleanup: Seque
     return json.dumps(spec).encode()
 
 
-def _start(command: list[str], hidden: dict[int, str]) -> subprocess.Popen:
+def _start(command: list[str], hidden: dict[int, str]) -> subprocess.Popen[bytes]:
     """Start the server with its hidden arguments off its command line, or, where that cannot be done, as
     plain arguments, saying so (the owner logs lines starting with W as warnings)."""
     if hidden:

@@ -64,7 +64,7 @@ def spawn_hidden(
     *,
     preexec: Callable[[], None] | None = None,
     **popen: object,
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start ``command`` with ``command[i]`` replaced by ``hidden[i]`` in the program, but not in ``ps``.
 
     ``preexec`` runs in the child before it execs; ``popen`` goes to :class:`subprocess.Popen`. Raises
@@ -86,7 +86,7 @@ def spawn_hidden(
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
     try:
-        process = subprocess.Popen(shown, env=child_env, preexec_fn=trace_me, **popen)  # type: ignore[call-overload]
+        process: subprocess.Popen[bytes] = subprocess.Popen(shown, env=child_env, preexec_fn=trace_me, **popen)  # type: ignore[call-overload]
     except subprocess.SubprocessError as error:  # the child could not be traced: it never exec'd
         raise HiddenArgumentsError(f"this system does not let a process be traced by its parent ({error})") from None
     try:

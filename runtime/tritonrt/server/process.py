@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 from tritonrt.server.guard import guard_spec
+from tritonrt.server.output import ServerOutput
 
 __all__ = ["TritonServerProcess", "check_port_free"]
 
@@ -23,8 +24,19 @@ LOGGER = logging.getLogger("tritonrt.server")
 SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
 _LOG_TAIL = 80
-_OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-_LEVELS = {"E": logging.ERROR, "W": logging.WARNING}
+
+
+def _start_guard(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the guard (tritonrt.server.guard), which starts the server, with its input and output piped.
+
+    It gets a process group of its own in the owner's session: a terminal's Ctrl+C reaches the owner, which
+    stops the server in order.
+    """
+    command = [sys.executable, "-m", "tritonrt.server.guard"]
+    pipe, to_stdout = subprocess.PIPE, subprocess.STDOUT
+    if sys.version_info >= (3, 11):
+        return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout, process_group=0)
+    return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout, preexec_fn=os.setpgrp)
 
 
 def check_port_free(port: int, address: str, what: str, setting: str) -> None:
@@ -66,7 +78,7 @@ class TritonServerProcess:
         self._guard_input = guard_spec(command, hidden, cleanup)
         self._env = env
         self._verbose = verbose
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self._on_exit: list[Callable[[int], None]] = []
         self._exit_lock = threading.Lock()
@@ -92,16 +104,7 @@ class TritonServerProcess:
 
     def _watch(self) -> None:
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "tritonrt.server.guard"],
-                env=self._env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                # Its own process group in the owner's session: a terminal's Ctrl+C reaches the owner, which
-                # stops the server in order.
-                **_OWN_PROCESS_GROUP,
-            )
+            self._process = _start_guard(self._env)
             assert self._process.stdin is not None  # stdin=PIPE
             with self._process.stdin as spec:
                 spec.write(self._guard_input)
@@ -111,11 +114,11 @@ class TritonServerProcess:
             return
         self._started.set()
         assert self._process.stdout is not None  # stdout=PIPE
+        output = ServerOutput(verbose=self._verbose)
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._tail.append(line)
-            level = _LEVELS.get(line[:1], logging.INFO if self._verbose else logging.DEBUG)
-            SERVER_LOGGER.log(level, "%s", line)
+            SERVER_LOGGER.log(output.level(line), "%s", line)
         code = self._process.wait()
         LOGGER.debug("tritonserver exited with %s", code)
         with self._exit_lock:
@@ -152,7 +155,11 @@ class TritonServerProcess:
         )
 
     def stop(self, timeout_s: float) -> int | None:
-        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL."""
+        """SIGINT (Triton drains in-flight requests), wait up to ``timeout_s``, then SIGKILL.
+
+        An exception that interrupts the wait (a second Ctrl+C: KeyboardInterrupt) kills the server at once,
+        then propagates.
+        """
         if self._process is None:
             return None
         if self.is_alive():
@@ -160,11 +167,25 @@ class TritonServerProcess:
                 self._process.send_signal(signal.SIGINT)
             except ProcessLookupError:
                 pass
-            if not self._exited.wait(timeout_s):
+            try:
+                drained = self._exited.wait(timeout_s)
+            except BaseException:  # e.g. a KeyboardInterrupt: no server outlives the wait
+                self.kill()
+                raise
+            if not drained:
                 LOGGER.warning("tritonserver did not stop within %.0f s: killing it", timeout_s)
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._exited.wait(10)
+                self.kill()
         return self._process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group (the guard and tritonserver); wait briefly for it to exit."""
+        if self._process is None:
+            return
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self._exited.wait(10)
 
 
 def _port_hint(log: str) -> str:

@@ -1,9 +1,12 @@
 """Bring tritonserver and its models back when they fail, a bounded number of times; past that, give up.
 
-Two faults are recovered, one at a time, on the supervisor's own thread:
+Three faults are recovered, one at a time, on the supervisor's own thread:
 
 - tritonserver exited without being asked to (killed, or crashed by a request): it is started again with the
   same models (:attr:`RecoveryPolicy.server_restarts`);
+- a worker process of a model's instance died (segfault, ``os._exit``, OOM kill, or killed past the execution
+  timeout): it is started again (:attr:`RecoveryPolicy.worker_restarts`, counted per instance) while the model
+  serves on its other instances;
 - a model's instance lost its connection to the model's worker while Triton still reports the model ready
   and no new instance connected (the backend dropped a connection it could not read, say): the model is
   unloaded and loaded again through Triton's repository API (:attr:`RecoveryPolicy.model_reloads`). Triton
@@ -11,7 +14,8 @@ Two faults are recovered, one at a time, on the supervisor's own thread:
   the model (someone with the token unloaded it) is no fault, nor is one replaced by a load of the model
   (unloaded and loaded on purpose: the new instances connect during the load).
 
-Tries are counted per fault over a sliding window; the first try of a window starts at once, each further one
+Faults are typed events (:class:`ServerExited`, :class:`ModelLost`, :class:`WorkerExited`). Tries are counted
+per fault over a sliding window; the first try of a window starts at once, each further one
 waits twice as long as the one before (``backoff_s``, ``2 * backoff_s``, ... up to ``max_backoff_s``). When a
 fault has used its tries, or a try fails and none is left, the supervisor calls ``give_up(reason)``: the owner
 stops, and a service exits non-zero so that its orchestrator replaces it.
@@ -38,12 +42,23 @@ from collections.abc import Callable, Mapping
 
 from tritonrt.exceptions import PyTritonValidationError
 
-__all__ = ["RecoveryPolicy", "Supervisor", "describe_exit"]
+__all__ = [
+    "Fault",
+    "ModelLost",
+    "RecoveryPolicy",
+    "ServerExited",
+    "Supervisor",
+    "WorkerExited",
+    "describe_exit",
+    "describe_status",
+    "signal_name",
+]
 
 LOGGER = logging.getLogger("tritonrt.server")
 
 SERVER_RESTARTS_VARIABLE = "TRITONRT_SERVER_RESTARTS"
 MODEL_RELOADS_VARIABLE = "TRITONRT_MODEL_RELOADS"
+WORKER_RESTARTS_VARIABLE = "TRITONRT_WORKER_RESTARTS"
 # A worker also loses its peer when tritonserver itself dies, a moment before the server's exit is reported:
 # a model's recovery first waits this long for the server to answer (or for that report).
 _SERVER_GRACE_S = 5.0
@@ -60,8 +75,10 @@ class RecoveryPolicy:
 
     ``server_restarts``: restarts of a tritonserver that exited unasked, within any ``window_s`` (0: none;
     the owner stops at the first exit). ``model_reloads``: reloads of one model whose instance lost its
-    worker, within any ``window_s`` (0: none). Further tries wait ``backoff_s``, doubling, up to
-    ``max_backoff_s``. ``from_env()`` reads ``TRITONRT_SERVER_RESTARTS`` and ``TRITONRT_MODEL_RELOADS``.
+    worker, within any ``window_s`` (0: none). ``worker_restarts``: restarts of one instance's worker process
+    that died, within any ``window_s`` (0: none). Further tries wait ``backoff_s``, doubling, up to
+    ``max_backoff_s``. ``from_env()`` reads ``TRITONRT_SERVER_RESTARTS``, ``TRITONRT_MODEL_RELOADS`` and
+    ``TRITONRT_WORKER_RESTARTS``.
 
     Example::
 
@@ -70,12 +87,13 @@ class RecoveryPolicy:
 
     server_restarts: int = 3
     model_reloads: int = 3
+    worker_restarts: int = 5
     window_s: float = 600.0
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("server_restarts", "model_reloads"):
+        for name in ("server_restarts", "model_reloads", "worker_restarts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise PyTritonValidationError(f"RecoveryPolicy.{name}={value!r} must be a whole number >= 0.")
@@ -86,10 +104,15 @@ class RecoveryPolicy:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RecoveryPolicy:
-        """The defaults, with ``TRITONRT_SERVER_RESTARTS`` and ``TRITONRT_MODEL_RELOADS`` when set."""
+        """The defaults, with ``TRITONRT_SERVER_RESTARTS``, ``TRITONRT_MODEL_RELOADS`` and
+        ``TRITONRT_WORKER_RESTARTS`` when set."""
         environ = os.environ if environ is None else environ
         values = {}
-        variables = {"server_restarts": SERVER_RESTARTS_VARIABLE, "model_reloads": MODEL_RELOADS_VARIABLE}
+        variables = {
+            "server_restarts": SERVER_RESTARTS_VARIABLE,
+            "model_reloads": MODEL_RELOADS_VARIABLE,
+            "worker_restarts": WORKER_RESTARTS_VARIABLE,
+        }
         for field, variable in variables.items():
             raw = environ.get(variable, "").strip()
             if raw:
@@ -99,11 +122,38 @@ class RecoveryPolicy:
         return cls(**values)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerExited:
+    """tritonserver exited unasked with exit ``code``."""
+
+    code: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelLost:
+    """An instance of model ``name`` lost its worker while the model should be serving."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerExited:
+    """The worker process of instance ``instance_index`` of model ``model_name`` died; ``how`` says how."""
+
+    model_name: str
+    instance_index: int
+    how: str
+
+
+Fault = ServerExited | ModelLost | WorkerExited
+
+
 class _Budget:
     """The tries of one fault within the sliding window, and the wait before the next one."""
 
-    def __init__(self, limit: int, policy: RecoveryPolicy):
+    def __init__(self, limit: int, policy: RecoveryPolicy, field: str):
         self.limit = limit
+        self.field = field  # the RecoveryPolicy field that sets the limit
         self._policy = policy
         self._tries: collections.deque[float] = collections.deque()
 
@@ -125,14 +175,23 @@ class _Budget:
         return len(self._tries)
 
 
+def signal_name(number: int) -> str:
+    """``"SIGKILL"`` for 9; ``"signal 99"`` for a number no signal has."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def describe_exit(code: int) -> str:
     """``"exit code 134 (SIGABRT)"``: a code above 128 names the signal that ended the process."""
-    if code > 128:
-        try:
-            return f"exit code {code} ({signal.Signals(code - 128).name})"
-        except ValueError:
-            pass
-    return f"exit code {code}"
+    return f"exit code {code} ({signal_name(code - 128)})" if code > 128 else f"exit code {code}"
+
+
+def describe_status(status: int) -> str:
+    """A child's end as ``os.waitstatus_to_exitcode`` gives it: ``"was killed by SIGKILL"`` (negative),
+    ``"exited with code 3"``."""
+    return f"was killed by {signal_name(-status)}" if status < 0 else f"exited with code {status}"
 
 
 class Supervisor:
@@ -142,7 +201,8 @@ class Supervisor:
     ours); ``reload_model(name)`` unloads and loads a model; ``server_live()`` says whether the server
     answers, ``model_ready(name)`` whether it reports the model ready, ``model_connected(name)`` whether every
     instance of the model is connected to its worker (a model whose instances connect again within
-    ``reconnect_grace_s`` is not reloaded); ``give_up(reason)`` is called once
+    ``reconnect_grace_s`` is not reloaded); ``restart_worker(model, instance)`` starts a dead worker process
+    again (None: a dead worker gives up); ``give_up(reason)`` is called once
     when a fault cannot be recovered. The callables raise to say that a try failed.
     """
 
@@ -157,6 +217,7 @@ class Supervisor:
         give_up: Callable[[str], None],
         model_connected: Callable[[str], bool] = lambda name: False,
         reconnect_grace_s: float = RECONNECT_GRACE_S,
+        restart_worker: Callable[[str, int], None] | None = None,
     ):
         self.policy = policy
         self._restart_server = restart_server
@@ -166,9 +227,11 @@ class Supervisor:
         self._model_connected = model_connected
         self._reconnect_grace_s = reconnect_grace_s
         self._give_up = give_up
-        self._server_budget = _Budget(policy.server_restarts, policy)
+        self._restart_worker_process = restart_worker
+        self._server_budget = _Budget(policy.server_restarts, policy, "server_restarts")
         self._model_budgets: dict[str, _Budget] = {}
-        self._events: collections.deque[tuple[str, str]] = collections.deque()  # the head is being handled
+        self._worker_budgets: dict[tuple[str, int], _Budget] = {}
+        self._events: collections.deque[Fault] = collections.deque()  # the head is being handled
         self._cv = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="tritonrt-supervisor", daemon=True)
@@ -184,17 +247,24 @@ class Supervisor:
         """Report that tritonserver exited without being asked to (its exit code)."""
         with self._cv:
             # A server restarted by the recovery under way (the head of the queue) may die too: queue that.
-            if self._closed or any(kind == "server" for kind, _ in list(self._events)[1:]):
+            if self._closed or any(isinstance(fault, ServerExited) for fault in list(self._events)[1:]):
                 return
-            self._events.append(("server", str(code)))
+            self._events.append(ServerExited(code))
             self._cv.notify_all()
 
     def model_lost(self, name: str) -> None:
         """Report that an instance of model ``name`` lost its worker while the model should be serving."""
+        self._report(ModelLost(name))
+
+    def worker_exited(self, fault: WorkerExited) -> None:
+        """Report that an instance's worker process died (it is started again, within the policy)."""
+        self._report(fault)
+
+    def _report(self, fault: ModelLost | WorkerExited) -> None:
         with self._cv:
-            if self._closed or ("model", name) in self._events or self._has("server"):
+            if self._closed or fault in self._events or self._server_failing():
                 return
-            self._events.append(("model", name))
+            self._events.append(fault)
             self._cv.notify_all()
 
     def close(self) -> None:
@@ -206,8 +276,8 @@ class Supervisor:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1)
 
-    def _has(self, kind: str) -> bool:
-        return any(queued == kind for queued, _ in self._events)
+    def _server_failing(self) -> bool:
+        return any(isinstance(fault, ServerExited) for fault in self._events)
 
     def _run(self) -> None:
         while True:
@@ -216,21 +286,28 @@ class Supervisor:
                     self._cv.wait()
                 if self._closed:
                     return
-                kind, subject = self._events[0]
+                fault = self._events[0]
             done: str | None = None
             try:
-                done = self._restart(int(subject)) if kind == "server" else self._reload(subject)
+                done = self._recover(fault)
             except Exception as error:  # a bug in a recovery: stop rather than serve half broken
                 LOGGER.exception("Recovering from a fault failed")
                 self._give_up(f"tritonrt could not recover from a fault: {error}")
             with self._cv:
-                if self._events and self._events[0] == (kind, subject):
+                if self._events and self._events[0] == fault:
                     self._events.popleft()
-                if kind == "server":  # a restart loads every model again: earlier losses are moot
-                    self._events = collections.deque(e for e in self._events if e[0] == "server")
+                if isinstance(fault, ServerExited):  # a restart loads every model again: earlier losses are moot
+                    self._events = collections.deque(e for e in self._events if isinstance(e, ServerExited))
             # Reported once the fault is off the queue: a new fault of the same kind from here on is handled.
             if done is not None:
                 LOGGER.warning("%s", done)
+
+    def _recover(self, fault: Fault) -> str | None:
+        if isinstance(fault, ServerExited):
+            return self._restart(fault.code)
+        if isinstance(fault, ModelLost):
+            return self._reload(fault.name)
+        return self._restart_worker(fault)
 
     def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; True when the supervisor was closed meanwhile."""
@@ -239,37 +316,74 @@ class Supervisor:
 
     def _server_failed(self) -> bool:
         with self._cv:
-            return self._has("server")
+            return self._server_failing()
+
+    def _retry(self, budget: _Budget, reason: str, doing: str, action: Callable[[], None], *, yields: bool) -> bool:
+        """The one backoff: try ``action()`` (``doing``: what it does, e.g. "restarting tritonserver") until it
+        succeeds or the budget is used up, then give up naming ``reason``. ``yields``: a server that failed
+        meanwhile ends the tries (its restart brings everything back). True when it succeeded."""
+        window = self.policy.window_s
+        while (delay := budget.next_delay()) is not None:
+            LOGGER.error(
+                "%s: %s%s (try %d of at most %d in %.0f s)",
+                reason, doing, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, window,
+            )  # fmt: skip
+            if self._wait(delay) or (yields and self._server_failed()):
+                return False
+            budget.spend()
+            try:
+                action()
+            except Exception as error:
+                reason = f"{doing} failed: {error}"
+                continue
+            return not self._closed
+        self._give_up(
+            f"{reason}; it was tried {budget.used()} time(s) in the last {window:.0f} s, the most the "
+            f"RecoveryPolicy allows ({budget.field}={budget.limit})"
+        )
+        return False
 
     def _restart(self, code: int) -> str | None:
         """Restart the server; the message that says it was done, if it was."""
-        budget, window = self._server_budget, self.policy.window_s
         reason = f"tritonserver exited unexpectedly ({describe_exit(code)})"
-        if self._restart_server is None:
+        restart_server = self._restart_server
+        if restart_server is None:
             self._give_up(reason)
             return None
-        while (delay := budget.next_delay()) is not None:
-            LOGGER.error(
-                "%s: restarting it%s (restart %d of at most %d in %.0f s)",
-                reason, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, window,
-            )  # fmt: skip
-            if self._wait(delay):
-                return None
-            budget.spend()
+        started = time.monotonic()
+
+        def restart() -> None:
+            nonlocal started
             started = time.monotonic()
-            try:
-                self._restart_server()
-            except Exception as error:
-                reason = f"restarting tritonserver failed: {error}"
-                continue
-            if self._closed:
-                return None
-            return f"tritonserver restarted; its models are ready ({time.monotonic() - started:.1f} s)"
-        self._give_up(
-            f"{reason}; it was restarted {budget.used()} time(s) in the last {window:.0f} s, the most the "
-            f"RecoveryPolicy allows (server_restarts={budget.limit})"
+            restart_server()
+
+        if not self._retry(self._server_budget, reason, "restarting tritonserver", restart, yields=False):
+            return None
+        return f"tritonserver restarted; its models are ready ({time.monotonic() - started:.1f} s)"
+
+    def _restart_worker(self, fault: WorkerExited) -> str | None:
+        """Start a dead worker process again; the message that says it was done, if it was."""
+        reason = f"model {fault.model_name!r} instance {fault.instance_index}: {fault.how}"
+        restart_worker = self._restart_worker_process
+        if restart_worker is None:
+            self._give_up(reason)
+            return None
+        key = (fault.model_name, fault.instance_index)
+        limit = self.policy.worker_restarts
+        budget = self._worker_budgets.setdefault(key, _Budget(limit, self.policy, "worker_restarts"))
+        started = time.monotonic()
+
+        def restart() -> None:
+            nonlocal started
+            started = time.monotonic()
+            restart_worker(fault.model_name, fault.instance_index)
+
+        if not self._retry(budget, reason, "restarting its worker process", restart, yields=True):
+            return None
+        return (
+            f"Model {fault.model_name!r} instance {fault.instance_index}: worker process restarted and ready again "
+            f"({time.monotonic() - started:.1f} s)"
         )
-        return None
 
     def _reload(self, name: str) -> str | None:
         """Reload the model unless its loss was no fault; the message that says it was done, if it was."""
@@ -292,25 +406,15 @@ class Supervisor:
         else:
             LOGGER.info("Model %r lost an instance's connection, and its instances are connected again: no fault", name)
             return None
-        budget = self._model_budgets.setdefault(name, _Budget(self.policy.model_reloads, self.policy))
+        budget = self._model_budgets.setdefault(name, _Budget(self.policy.model_reloads, self.policy, "model_reloads"))
         reason = f"model {name!r} lost its connection to tritonserver (an instance of it went away)"
-        while (delay := budget.next_delay()) is not None:
-            LOGGER.error(
-                "%s: reloading it%s (reload %d of at most %d in %.0f s)",
-                reason, f" in {delay:.1f} s" if delay else "", budget.used() + 1, budget.limit, self.policy.window_s,
-            )  # fmt: skip
-            if self._wait(delay) or self._server_failed():
-                return None
-            budget.spend()
+        started = time.monotonic()
+
+        def reload() -> None:
+            nonlocal started
             started = time.monotonic()
-            try:
-                self._reload_model(name)
-            except Exception as error:
-                reason = f"reloading model {name!r} failed: {error}"
-                continue
-            return f"Model {name!r} reloaded and ready again ({time.monotonic() - started:.1f} s)"
-        self._give_up(
-            f"{reason}; it was reloaded {budget.used()} time(s) in the last {self.policy.window_s:.0f} s, the "
-            f"most the RecoveryPolicy allows (model_reloads={budget.limit})"
-        )
-        return None
+            self._reload_model(name)
+
+        if not self._retry(budget, reason, f"reloading model {name!r}", reload, yields=True):
+            return None
+        return f"Model {name!r} reloaded and ready again ({time.monotonic() - started:.1f} s)"

@@ -15,7 +15,7 @@
             {{ tensor.name }}: {{ tensor.dtype }}, shape {{ tensor.shape_text(batched) }}.
 {%- endfor %}
 {%- endmacro -%}
-"""The typed client of the model, and a command line that sends it an example request.
+"""The typed client of the model, and a command line that sends it an example request or a file's inputs.
 
 The URL's scheme picks the protocol: ``http://host:8000`` or ``grpc://host:8001``.
 
@@ -31,6 +31,7 @@ Example::
 Command line::
 
     python -m {{ cookiecutter.package }}.client --url grpc://localhost:8001
+    python -m {{ cookiecutter.package }}.client --input samples.npz  # or .json, .npy
 
 A service started with ``{{ cookiecutter.package | upper }}_REQUIRE_TOKEN=true`` needs its access token:
 ``Client(url, access_token=...)``; the command line reads it from the variable
@@ -41,23 +42,39 @@ with ``ps``).
 from __future__ import annotations
 
 import argparse
+{%- if batching %}
+import asyncio
+{%- endif %}
 import dataclasses
 import os
 import sys
 {%- if streaming %}
 from collections.abc import AsyncIterator, Iterator
 {%- endif %}
+{%- if batching %}
+from concurrent.futures import ThreadPoolExecutor
+{%- endif %}
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 from tritonrt.client import {{ "AsyncioDecoupledModelClient, " if streaming }}AsyncioModelClient{{ ", DecoupledModelClient" if streaming }}, ModelClient
-from tritonrt.client.exceptions import PyTritonClientError
+from tritonrt.client.exceptions import (
+    PyTritonClientError,
+    PyTritonClientModelUnavailableError,
+    PyTritonClientTimeoutError,
+)
 
 from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }}.samples import FORMATS, read_inputs
 
 DEFAULT_URL = "http://localhost:8000"
 TOKEN_VARIABLE = "{{ cookiecutter.package | upper }}_ACCESS_TOKEN"
+{%- if batching %}
+# predict_batch sends more samples than spec.MAX_BATCH_SIZE in batches of that size, this many at once.
+PARALLEL_BATCHES = 4
+{%- endif %}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,10 +141,16 @@ class Client:
 
     def predict_batch({{ parameters() }}
     ) -> Prediction:
-        """Send a batch of up to ``spec.MAX_BATCH_SIZE`` samples (the first axis); return its outputs.
+        """Send a batch of samples (the first axis); return their outputs, in order.
+
+        More than ``spec.MAX_BATCH_SIZE`` samples go in batches of that size, ``PARALLEL_BATCHES`` at once.
 {{ arguments(true) }}
         """
-        return _prediction(self._client.infer_batch(**_inputs(locals(), batched=True)))
+        chunks = _chunks(_inputs(locals(), batched=True))
+        if len(chunks) == 1:
+            return _prediction(self._client.infer_batch(**chunks[0]))
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_BATCHES, len(chunks))) as pool:
+            return _joined(list(pool.map(lambda chunk: self._client.infer_batch(**chunk), chunks)))
 {%- endif %}
 {%- if streaming %}
 
@@ -201,10 +224,22 @@ class AsyncClient:
 
     async def predict_batch({{ parameters() }}
     ) -> Prediction:
-        """Send a batch of up to ``spec.MAX_BATCH_SIZE`` samples (the first axis); return its outputs.
+        """Send a batch of samples (the first axis); return their outputs, in order.
+
+        More than ``spec.MAX_BATCH_SIZE`` samples go in batches of that size, ``PARALLEL_BATCHES`` at once.
 {{ arguments(true) }}
         """
-        return _prediction(await self._model_client().infer_batch(**_inputs(locals(), batched=True)))
+        chunks = _chunks(_inputs(locals(), batched=True))
+        client = self._model_client()
+        if len(chunks) == 1:
+            return _prediction(await client.infer_batch(**chunks[0]))
+        slots = asyncio.Semaphore(PARALLEL_BATCHES)
+
+        async def send(chunk: dict[str, Any]) -> dict[str, np.ndarray]:
+            async with slots:
+                return await client.infer_batch(**chunk)
+
+        return _joined(list(await asyncio.gather(*(send(chunk) for chunk in chunks))))
 {%- endif %}
 {%- if streaming %}
 
@@ -236,14 +271,41 @@ def _inputs(arguments: dict[str, Any], *, batched: bool) -> dict[str, Any]:
 
 def _prediction(outputs: dict[str, np.ndarray]) -> Prediction:
     return Prediction(**{spec.name_of(tensor): outputs[spec.name_of(tensor)] for tensor in spec.OUTPUTS})
+{%- if batching %}
+
+
+def _chunks(inputs: dict[str, Any]) -> list[dict[str, Any]]:
+    """``inputs`` cut along the batch axis into batches of at most ``spec.MAX_BATCH_SIZE`` samples."""
+    counts = {name: len(value) for name, value in inputs.items()}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{name}: {count}" for name, count in counts.items())
+        raise ValueError(f"Every input needs the same number of samples (the first axis), got {listed}.")
+    count = next(iter(counts.values()))
+    return [
+        {name: value[start : start + spec.MAX_BATCH_SIZE] for name, value in inputs.items()}
+        for start in range(0, max(count, 1), spec.MAX_BATCH_SIZE)
+    ]
+
+
+def _joined(parts: list[dict[str, np.ndarray]]) -> Prediction:
+    """The outputs of consecutive batches as one prediction, in the order of the batches."""
+    return _prediction(
+        {
+            spec.name_of(tensor): np.concatenate([part[spec.name_of(tensor)] for part in parts])
+            for tensor in spec.OUTPUTS
+        }
+    )
+{%- endif %}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Send the example request (``spec.example_inputs``) and print the outputs; 1 if the request fails."""
+    """Send the example request (``spec.example_inputs``) or a file's inputs and print the outputs; 1 if the
+    request fails."""
     parser = argparse.ArgumentParser(
         prog=f"python -m {__package__}.client",
-        description=f"Send an example request to the {spec.MODEL_NAME} model and print its outputs. A "
-        f"service that requires its access token gets it from the {TOKEN_VARIABLE} environment variable.",
+        description=f"Send an example request, or a file's inputs, to the {spec.MODEL_NAME} model and print "
+        f"its outputs. A service that requires its access token gets it from the {TOKEN_VARIABLE} "
+        "environment variable.",
     )
     parser.add_argument(
         "--url", default=DEFAULT_URL, help="http://host:port or grpc://host:port (default: %(default)s)"
@@ -254,9 +316,14 @@ def main(argv: list[str] | None = None) -> int:
         default=60.0,
         help="how long to wait for the model to be ready, and for each response (default: %(default)s)",
     )
+    parser.add_argument(
+        "--input",
+        type=Path,
+        help=f"send the inputs in this file ({', '.join(FORMATS)}; by input name{{ ', one sample or a batch' if batching }})",
+    )
 {%- if batching %}
     parser.add_argument(
-        "--batch-size", type=int, default=0, help="send a batch of this many samples instead of one"
+        "--batch-size", type=int, default=0, help="send a batch of this many example samples instead of one"
     )
 {%- endif %}
 {%- if streaming %}
@@ -270,27 +337,46 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--batch-size must be from 1 to {spec.MAX_BATCH_SIZE} (0: one sample), got {args.batch_size}"
         )
+    if args.batch_size and args.input:
+        parser.error("give --input or --batch-size, not both")
 {%- endif %}
+{%- if streaming %}
+    if args.stream and not args.url.startswith("grpc"):
+        parser.error(f"--stream needs gRPC: give --url grpc://host:port (got {args.url})")
+{%- endif %}
+    inputs, batched = spec.example_inputs(), False
+    if args.input:
+        try:
+            inputs, batched = read_inputs(args.input)
+        except ValueError as error:
+            parser.error(str(error))
     token = os.environ.get(TOKEN_VARIABLE) or None
     timeouts = {"init_timeout_s": args.timeout_s, "inference_timeout_s": args.timeout_s}
     try:
         with Client(args.url, access_token=token, **timeouts) as client:
 {%- if streaming %}
             if args.stream:
-                for number, prediction in enumerate(client.stream(**spec.example_inputs()), start=1):
+                if batched:
+                    parser.error(f"--stream sends one sample; {args.input} holds a batch")
+                for number, prediction in enumerate(client.stream(**inputs), start=1):
                     print(f"response {number}:")
                     _print(prediction)
                 return 0
 {%- endif %}
 {%- if batching %}
             if args.batch_size:
-                _print(client.predict_batch(**spec.example_inputs(args.batch_size)))
+                inputs, batched = spec.example_inputs(args.batch_size), True
+            if batched:
+                _print(client.predict_batch(**inputs))
                 return 0
 {%- endif %}
-            _print(client.predict(**spec.example_inputs()))
+            _print(client.predict(**inputs))
     except PyTritonClientError as error:
         print(f"The request to {args.url} failed: {error}", file=sys.stderr)
-        print("Is the service running there? Start it with: make serve", file=sys.stderr)
+        if isinstance(error, (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError)) or (
+            "Cannot reach" in str(error)
+        ):
+            print("Is the service running there? Start it with: make serve", file=sys.stderr)
         return 1
     return 0
 

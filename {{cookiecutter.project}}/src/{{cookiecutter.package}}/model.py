@@ -16,8 +16,12 @@ The placeholder runs a small torch module, on CUDA when available. Without torch
 (``pip install -e ".[torch]"``) it runs the same computation on numpy and logs a warning.
 {%- endif %}
 
-The placeholder sets every output to the mean of all input values of its sample (the lengths of bytes
-values count), so the service works end to end before you start.
+The weights are loaded once, in ``Model.__init__``, from the package's ``weights/`` folder (packaged
+into the wheel and the image) or from the directory ``{{ cookiecutter.package | upper }}_MODEL_DIR``
+names: ``model_file(name)`` finds them (``model_files.py``).
+
+The placeholder (``placeholder.py``, removable) sets every output to the mean of all input values of its
+sample, so the service works end to end before you start.
 
 Example::
 
@@ -34,9 +38,9 @@ from collections.abc import Iterator
 
 import numpy as np
 from tritonrt.decorators import {{ "batch" if batching else "sample" }}
-from tritonrt.model_config import Tensor
 
-from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }} import placeholder  # YOUR MODEL: delete with placeholder.py
+from {{ cookiecutter.package }}.model_files import model_file
 
 {%- if pytorch %}
 
@@ -69,8 +73,17 @@ class Model:
     computation on plain numpy arrays.
     """
 
-    def __init__(self) -> None:
-        # YOUR MODEL: load the weights here. This runs once per process; all model instances share it.
+    def __init__(self{{ ", device: str | None = None" if pytorch }}) -> None:
+{%- if pytorch %}
+        # YOUR MODEL: load the weights here (files in weights/, found by model_file). With worker threads
+        # this runs once and every instance shares it; with worker processes (the default) it runs in each
+        # worker, on that worker's GPU (``device``).
+{%- else %}
+        # YOUR MODEL: load the weights here, e.g. np.load(model_file("model.npz")). This runs once, before the
+        # worker processes (if any) are forked: every instance shares it (copy on write).
+{%- endif %}
+        weights = model_file(placeholder.WEIGHTS_FILE)
+        self.scale = placeholder.load_scale(weights)
 {%- if pytorch %}
         self.device = "cpu"
         self.module = None
@@ -80,12 +93,11 @@ class Model:
                 'Install torch with: pip install -e ".[torch]"'
             )
         else:
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-            self.module = SampleMean().to(self.device).eval()  # e.g. module.load_state_dict(torch.load(...))
-            LOGGER.info("Model loaded on %s", self.device)
-{%- else %}
-        self.scale = 1.0  # stands in for real weights, e.g. np.load("weights.npy")
+            self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            # e.g. module.load_state_dict(torch.load(model_file("model.pt"), map_location=self.device))
+            self.module = SampleMean().to(self.device).eval()
 {%- endif %}
+        LOGGER.info("Model loaded from %s{{ " on %s" if pytorch }}", weights.parent{{ ", self.device" if pytorch }})
 
     def predict(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         """Compute every output from ``inputs`` (input name -> array); return output name -> array."""
@@ -94,19 +106,18 @@ class Model:
         inputs = {name: value[np.newaxis] for name, value in inputs.items()}
 {%- endif %}
         # YOUR MODEL: replace the placeholder computation below.
-        rows = [_rows(inputs[spec.name_of(tensor)]) for tensor in spec.INPUTS]
 {%- if pytorch %}
         if self.module is None:
-            means = [row.sum(axis=1) / max(row.shape[1], 1) for row in rows]
+            levels = placeholder.level(inputs, self.scale)
         else:
             with torch.inference_mode():
-                tensors = [torch.from_numpy(row.astype(np.float32)).to(self.device) for row in rows]
-                means = [self.module(tensor).cpu().numpy() for tensor in tensors]
-        level = np.mean(means, axis=0)
+                rows = [torch.from_numpy(row).to(self.device) for row in placeholder.rows(inputs)]
+                means = [self.module(row).cpu().numpy() for row in rows]
+            levels = self.scale * np.mean(means, axis=0)
 {%- else %}
-        level = self.scale * np.mean([row.sum(axis=1) / max(row.shape[1], 1) for row in rows], axis=0)
+        levels = placeholder.level(inputs, self.scale)
 {%- endif %}
-        outputs = {spec.name_of(tensor): _filled(level, tensor) for tensor in spec.OUTPUTS}
+        outputs = placeholder.outputs(levels)
 {%- if not batching %}
         return {name: value[0] for name, value in outputs.items()}
 {%- else %}
@@ -134,22 +145,3 @@ class Model:
         for _ in range(STREAM_CHUNKS):
             yield outputs
 {%- endif %}
-
-
-def _rows(array: np.ndarray) -> np.ndarray:
-    """A batch as float64 rows of values, one row per sample; bytes values count by their length."""
-    if array.dtype.kind in "SOU":
-        array = np.vectorize(len, otypes=[np.float64])(array)
-    return array.reshape(len(array), -1).astype(np.float64)
-
-
-def _filled(level: np.ndarray, tensor: Tensor) -> np.ndarray:
-    """An array for output ``tensor`` holding each sample's ``level`` (its -1 dimensions have size 1)."""
-    shape = tuple(1 if dim == -1 else dim for dim in tensor.shape)
-    values = np.broadcast_to(level.reshape(-1, *(1 for _ in shape)), (len(level), *shape))
-    if tensor.dtype is np.bytes_:
-        return np.char.mod("%g", values).astype(np.bytes_)
-    if np.issubdtype(tensor.dtype, np.integer):
-        limits = np.iinfo(tensor.dtype)
-        values = np.clip(np.rint(values), limits.min, limits.max)
-    return values.astype(tensor.dtype)

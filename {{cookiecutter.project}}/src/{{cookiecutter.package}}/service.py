@@ -1,11 +1,25 @@
 {%- set streaming = cookiecutter.streaming == "yes" -%}
+{%- set pytorch = cookiecutter.framework == "pytorch" -%}
 """Serve the model with Triton Inference Server: ``python -m {{ cookiecutter.package }}``.
 
 Reads the settings from the environment (``settings.py``), loads the model once, binds it with tritonrt
-and serves until SIGTERM or SIGINT; then lets in-flight requests finish and exits 0. If tritonserver dies
+and serves until SIGTERM or SIGINT; then lets in-flight requests finish and exits 0 (a second signal meanwhile
+stops at once: exit status 128 + the signal's number). If tritonserver dies
 (killed, or crashed by a request) it is restarted, and a model whose instance died is reloaded, up to
 ``RESTARTS`` times in 10 minutes each (readiness is false meanwhile); past that, or if Triton fails to
 start, it exits 1, for Docker or Kubernetes to replace the container. Exits 2 if a setting is invalid.
+
+Each instance runs in a worker process (``WORKERS=process``{{ ", the default" if pytorch }}) or a thread of
+this process (``WORKERS=thread``{{ ", the default" if not pytorch }}).
+{%- if pytorch %}
+With processes each worker loads the model itself, in its setup, on its own GPU (one instance per visible
+GPU by default): CUDA never starts in this process, so the fork is safe.
+{%- else %}
+With processes the model is loaded here first and the workers are forked from this process: its weights
+are shared copy on write.
+{%- endif %}
+A worker that dies is started again (``RESTARTS``); a batch past ``EXECUTION_TIMEOUT_S`` fails, and its
+worker process is replaced (a stuck thread stops the service instead: exit 1).
 
 Example::
 
@@ -15,12 +29,19 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
+import re
 import signal
 import sys
 import time
+{%- if pytorch and streaming %}
+from collections.abc import Iterator
+{%- endif %}
+from typing import Any
 
-from tritonrt.exceptions import PyTritonError
+from tritonrt.exceptions import PyTritonBadParameterError, PyTritonError
 from tritonrt.model_config import DynamicBatcher, ModelConfig
+from tritonrt.server.process import check_port_free
 from tritonrt.triton import (
     DEFAULT_PROTECTED_ENDPOINTS,
     VALID_TRITON_ENDPOINTS,
@@ -29,6 +50,11 @@ from tritonrt.triton import (
     TritonConfig,
     TritonLifecyclePolicy,
     TritonSecurityConfig,
+{%- if pytorch %}
+    WorkerInfo,
+{%- endif %}
+    WorkerMode,
+    WorkerOptions,
 )
 
 from {{ cookiecutter.package }} import spec
@@ -37,7 +63,22 @@ from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
 
 LOGGER = logging.getLogger(__name__)
 POLL_S = 0.2  # how often the main thread checks for a stop signal or a dead server
+# Each endpoint: what it serves, and the setting (its variable without the prefix) that holds its port.
+_PORTS = (("HTTP", "HTTP_PORT"), ("gRPC", "GRPC_PORT"), ("metrics", "METRICS_PORT"))
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def check_ports(settings: Settings) -> None:
+    """Raise PyTritonBadParameterError naming this service's variable when one of its ports is taken."""
+    for what, setting in _PORTS:
+        port = getattr(settings, setting.lower())
+        try:
+            check_port_free(port, settings.bind_address, what, setting.lower())
+        except PyTritonBadParameterError:
+            raise PyTritonBadParameterError(
+                f"The {what} port {port} on {settings.bind_address} is already in use: stop whatever listens "
+                f"there, or choose another port with {PREFIX}{setting}=<port>."
+            ) from None
 
 
 def triton_config(settings: Settings) -> TritonConfig:
@@ -65,53 +106,144 @@ def security_config(settings: Settings) -> TritonSecurityConfig:
 
 def recovery_policy(settings: Settings) -> RecoveryPolicy:
     """How often a dead tritonserver is restarted, or a model reloaded, before the service exits 1."""
-    return RecoveryPolicy(server_restarts=settings.restarts, model_reloads=settings.restarts)
+    return RecoveryPolicy(
+        server_restarts=settings.restarts, model_reloads=settings.restarts, worker_restarts=settings.restarts
+    )
+
+
+def visible_gpus(environ: dict[str, str] | None = None, dev: str = "/dev") -> list[int]:
+    """The GPUs this process may use, found without starting CUDA (a fork after that is refused):
+    ``CUDA_VISIBLE_DEVICES`` when it lists GPU numbers, else the ``/dev/nvidia<N>`` devices."""
+    environ = dict(os.environ) if environ is None else environ
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        entries = [entry.strip() for entry in listed.split(",") if entry.strip()]
+        return [int(entry) for entry in entries] if all(entry.isdigit() for entry in entries) else []
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return []
+    return sorted(int(name[6:]) for name in names if re.fullmatch(r"nvidia[0-9]+", name))
+
+
+def instance_count(settings: Settings, gpus: list[int]) -> int:
+    """``INSTANCES``, or with 0 one instance per visible GPU (at least one)."""
+    return settings.instances or max(1, len(gpus))
+
+
+def worker_options(settings: Settings, gpus: list[int]) -> WorkerOptions:
+    """Where the instances run (``WORKERS``), their GPUs and the execution timeout."""
+    mode = WorkerMode(settings.workers)
+    timeout = settings.execution_timeout_s or None
+{%- if pytorch %}
+    setup = load_in_worker if mode is WorkerMode.PROCESS else None
+    return WorkerOptions(mode=mode, setup=setup, devices=tuple(gpus), execution_timeout_s=timeout)
+{%- else %}
+    return WorkerOptions(mode=mode, devices=tuple(gpus), execution_timeout_s=timeout)
+{%- endif %}
+{%- if pytorch %}
+
+
+_WORKER_MODEL: list[Model] = []  # the model of this worker process (loaded by load_in_worker)
+
+
+def load_in_worker(info: WorkerInfo) -> None:
+    """A worker process's setup: load the model on the worker's GPU (the only one it sees)."""
+    _WORKER_MODEL.append(Model(device=info.torch_device if info.device is not None else None))
+
+
+def infer_in_worker(requests: list[Any]) -> Any:
+    """The inference callable bound with worker processes: the worker's own model answers."""
+    infer: Any = _WORKER_MODEL[-1].infer  # wrapped by @batch or @sample: it takes Triton's requests
+    return infer(requests)
+{%- if streaming %}
+
+
+def infer_stream_in_worker(requests: list[Any]) -> Iterator[Any]:
+    """The streaming callable bound with worker processes."""
+    infer_stream: Any = _WORKER_MODEL[-1].infer_stream
+    yield from infer_stream(requests)
+{%- endif %}
+{%- endif %}
 
 
 def model_config(settings: Settings, *, decoupled: bool = False) -> ModelConfig:
-    """How Triton runs the model: batching from ``spec``, queue delay from ``settings``."""
+    """How Triton runs the model: batching from ``spec`` (and tuning.json), queue delay from ``settings``."""
     if not spec.BATCHING:
         return ModelConfig(batching=False, decoupled=decoupled)
-    batcher = DynamicBatcher(max_queue_delay_microseconds=settings.max_queue_delay_us)
+    batcher = DynamicBatcher(
+        max_queue_delay_microseconds=settings.max_queue_delay_us,
+        preferred_batch_size=spec.PREFERRED_BATCH_SIZES or None,
+    )
     return ModelConfig(max_batch_size=spec.MAX_BATCH_SIZE, batcher=batcher, decoupled=decoupled)
 
 
-def bind(triton: Triton, model: Model, settings: Settings) -> None:
-    """Bind the model's inference callables, one per instance; the instances share the loaded model."""
+def loads_in_workers(settings: Settings) -> bool:
+    """True when each worker process loads the model itself (then this process must not)."""
+    return {{ "settings.workers == WorkerMode.PROCESS.value" if pytorch else "False" }}
+
+
+def bind(triton: Triton, model: Model | None, settings: Settings) -> None:
+    """Bind the model's inference callables, one per instance: ``model``'s, which the instances share (or,
+    with ``model`` None, each worker process's own)."""
+    gpus = visible_gpus()
+    count = instance_count(settings, gpus)
+    workers = worker_options(settings, gpus)
+{%- if pytorch %}
+    infer: Any = model.infer if model is not None else infer_in_worker
+{%- if streaming %}
+    infer_stream: Any = model.infer_stream if model is not None else infer_stream_in_worker
+{%- endif %}
+{%- else %}
+    assert model is not None, "the numpy model is loaded before the workers are forked"
+    infer: Any = model.infer
+{%- if streaming %}
+    infer_stream: Any = model.infer_stream
+{%- endif %}
+{%- endif %}
     triton.bind(
         model_name=spec.MODEL_NAME,
-        infer_func=[model.infer] * settings.instances,
+        infer_func=[infer] * count,
         inputs=spec.INPUTS,
         outputs=spec.OUTPUTS,
         config=model_config(settings),
         strict=True,
+        workers=workers,
     )
 {%- if streaming %}
     triton.bind(
         model_name=spec.STREAM_MODEL_NAME,
-        infer_func=[model.infer_stream] * settings.instances,
+        infer_func=[infer_stream] * count,
         inputs=spec.INPUTS,
         outputs=spec.OUTPUTS,
         config=model_config(settings, decoupled=True),
         strict=True,
+        workers=workers,
     )
 {%- endif %}
 
 
 def serve(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT (return 0 after draining) or until Triton fails for good (return 1)."""
-    model = Model()
+    """Serve until SIGTERM/SIGINT (return 0 after draining; 128 + the signal's number if a second one cut the
+    drain short) or until Triton fails for good (return 1)."""
+    model = None if loads_in_workers(settings) else Model()
+    # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
+    # ready only once the model can serve (entering `with` would start an empty server first).
+    triton = Triton(
+        config=triton_config(settings),
+        security_config=security_config(settings),
+        recovery=recovery_policy(settings),
+        triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
+    )
     received: list[int] = []
-    handlers = {sig: signal.signal(sig, lambda signum, _: received.append(signum)) for sig in _STOP_SIGNALS}
+
+    def on_signal(signum: int, _: object) -> None:
+        received.append(signum)
+        if len(received) == 2:  # the second one, during the drain: kill tritonserver, do not wait for it
+            triton.kill()
+
+    handlers = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
-        # Start the server in run(), with the model loading during its start-up: /v2/health/ready then says
-        # ready only once the model can serve (entering `with` would start an empty server first).
-        triton = Triton(
-            config=triton_config(settings),
-            security_config=security_config(settings),
-            recovery=recovery_policy(settings),
-            triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
-        )
         with triton:
             bind(triton, model, settings)
             triton.run()
@@ -135,10 +267,17 @@ def serve(settings: Settings) -> int:
                 )
                 return 1
             LOGGER.info(
-                "Received %s: finishing in-flight requests (up to %d s), then stopping",
+                "Received %s: finishing in-flight requests (up to %d s), then stopping; "
+                "send it again to stop at once",
                 signal.Signals(received[0]).name,
                 settings.exit_timeout_s,
             )
+        if len(received) > 1:
+            LOGGER.warning(
+                "Received %s again: stopped at once; the requests still in flight got no answer",
+                signal.Signals(received[1]).name,
+            )
+            return 128 + received[1]
         LOGGER.info("Stopped")
         return 0
     finally:
@@ -155,6 +294,7 @@ def main() -> int:
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        check_ports(settings)
         return serve(settings)
     except PyTritonError as error:
         LOGGER.error("Cannot serve the model: %s", error)

@@ -1,3 +1,4 @@
+{%- set pytorch = cookiecutter.framework == "pytorch" -%}
 """The service's settings, read from environment variables and validated.
 
 Every variable is optional; its full name starts with ``{{ cookiecutter.package | upper }}_``
@@ -6,8 +7,17 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
 - ``HTTP_PORT`` (8000), ``GRPC_PORT`` (8001), ``METRICS_PORT`` (8002): the ports of Triton's HTTP and
   gRPC endpoints (KServe v2) and of its Prometheus metrics.
 - ``LOG_LEVEL`` (INFO): DEBUG, INFO, WARNING, ERROR or CRITICAL; DEBUG also turns on Triton's verbose log.
-- ``INSTANCES`` (1): model instances, i.e. batches served in parallel.
+- ``INSTANCES`` ({{ 0 if pytorch else 1 }}): model instances, i.e. batches served in parallel; 0: one per visible GPU
+  (at least one).
+- ``WORKERS`` ({{ "process" if pytorch else "thread" }}): where each instance runs: ``thread`` (threads of the service's
+  process, sharing one GIL) or ``process`` (a worker process per instance: Python work on several cores, each
+  instance on its own GPU, a crashed or stuck instance replaced alone).
+- ``EXECUTION_TIMEOUT_S`` (60): a batch that runs longer fails with a timeout error; with worker processes the
+  stuck worker is killed and replaced, with threads the service stops (exit 1) for its orchestrator to replace
+  it. 0 turns it off.
 - ``MAX_QUEUE_DELAY_US`` (100): how long a request may wait for others to form a batch.
+- ``TUNING_FILE`` (``tuning.json`` in the package): the tuned settings (``tuning.py``); its ``instances`` and
+  ``max_queue_delay_us`` and ``workers`` replace the defaults above (``make tune APPLY=1`` writes it).
 - ``ACCESS_TOKEN`` (random): the token that unlocks the restricted endpoints (model control, shared
   memory, statistics, trace, logging), sent as the ``triton-access-token`` header.
 - ``REQUIRE_TOKEN`` (false): true makes every endpoint but health (inference, metadata and model
@@ -33,10 +43,13 @@ import dataclasses
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+
+from {{ cookiecutter.package }}.tuning import TuningError, load
 
 PREFIX = "{{ cookiecutter.package | upper }}_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+WORKER_MODES = ("thread", "process")
 _TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,256}")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -53,31 +66,41 @@ class Settings:
     grpc_port: int = 8001
     metrics_port: int = 8002
     log_level: str = "INFO"
-    instances: int = 1
+    instances: int = {{ 0 if pytorch else 1 }}  # 0: one per visible GPU
     max_queue_delay_us: int = 100
     access_token: str | None = None
     exit_timeout_s: int = 30
     require_token: bool = False
     bind_address: str = "127.0.0.1"
     restarts: int = 3
+    workers: str = "{{ "process" if pytorch else "thread" }}"
+    execution_timeout_s: int = 60
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read the settings from ``environ`` (default: ``os.environ``); raise SettingsError if one is bad."""
         environ = os.environ if environ is None else environ
         reader = _Reader(environ)
+        try:
+            tuned = load(environ)
+        except TuningError as error:
+            raise SettingsError(str(error)) from None
         settings = cls(
             http_port=reader.integer("HTTP_PORT", cls.http_port, 1, 65535),
             grpc_port=reader.integer("GRPC_PORT", cls.grpc_port, 1, 65535),
             metrics_port=reader.integer("METRICS_PORT", cls.metrics_port, 1, 65535),
             log_level=reader.choice("LOG_LEVEL", cls.log_level, LOG_LEVELS),
-            instances=reader.integer("INSTANCES", cls.instances, 1, 64),
-            max_queue_delay_us=reader.integer("MAX_QUEUE_DELAY_US", cls.max_queue_delay_us, 0, 10_000_000),
+            instances=reader.integer("INSTANCES", _first(tuned.instances, cls.instances), 0, 64),
+            max_queue_delay_us=reader.integer(
+                "MAX_QUEUE_DELAY_US", _first(tuned.max_queue_delay_us, cls.max_queue_delay_us), 0, 10_000_000
+            ),
             access_token=reader.token("ACCESS_TOKEN"),
             exit_timeout_s=reader.integer("EXIT_TIMEOUT_S", cls.exit_timeout_s, 0, 3600),
             require_token=reader.boolean("REQUIRE_TOKEN", cls.require_token),
             bind_address=reader.address("BIND_ADDRESS", cls.bind_address),
             restarts=reader.integer("RESTARTS", cls.restarts, 0, 100),
+            workers=reader.choice("WORKERS", tuned.workers or cls.workers, WORKER_MODES, case=str.lower),
+            execution_timeout_s=reader.integer("EXECUTION_TIMEOUT_S", cls.execution_timeout_s, 0, 86400),
         )
         if settings.require_token and settings.access_token is None:
             raise SettingsError(
@@ -93,6 +116,10 @@ class Settings:
             listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
             raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
         return settings
+
+
+def _first(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,13 +140,15 @@ class _Reader:
             raise SettingsError(f"{PREFIX}{name}={raw!r}: must be a whole number from {low} to {high}.")
         return int(raw)
 
-    def choice(self, name: str, default: str, options: tuple[str, ...]) -> str:
+    def choice(
+        self, name: str, default: str, options: tuple[str, ...], case: Callable[[str], str] = str.upper
+    ) -> str:
         raw = self._raw(name)
         if raw is None:
             return default
-        if raw.upper() not in options:
+        if case(raw) not in options:
             raise SettingsError(f"{PREFIX}{name}={raw!r}: must be one of {', '.join(options)}.")
-        return raw.upper()
+        return case(raw)
 
     def boolean(self, name: str, default: bool) -> bool:
         raw = self._raw(name)

@@ -22,14 +22,25 @@ from typing import Any
 import numpy as np
 from tritonrt.model_config import Tensor
 
+from {{ cookiecutter.package }} import tuning
+
+# The tuned batching settings (tuning.json, written by `make tune APPLY=1`); absent: the generated ones.
+TUNING = tuning.load()
+
 MODEL_NAME = "{{ cookiecutter.model_name }}"
 {%- if cookiecutter.streaming == "yes" %}
 # The same model, decoupled: it streams several responses per request (gRPC only).
 STREAM_MODEL_NAME = "{{ cookiecutter.model_name }}_stream"
 {%- endif %}
 # The largest batch Triton's dynamic batcher forms; 0: batching off, tensors carry no batch axis.
-MAX_BATCH_SIZE = {{ cookiecutter.max_batch_size | int }}
+{%- if cookiecutter.max_batch_size | int > 0 %}
+MAX_BATCH_SIZE = TUNING.max_batch_size or {{ cookiecutter.max_batch_size | int }}
+{%- else %}
+MAX_BATCH_SIZE = 0  # the model takes one sample per request: `make tune` varies the instances only
+{%- endif %}
 BATCHING = MAX_BATCH_SIZE > 0
+# Batch sizes the batcher sends as soon as it has them (empty: it forms the largest it can).
+PREFERRED_BATCH_SIZES = list(TUNING.preferred_batch_sizes)
 
 # Shapes are per sample{{ " (the batch axis is not part of them)" if cookiecutter.max_batch_size | int > 0 }}; -1 is a dimension of any size.
 INPUTS = [

@@ -4,9 +4,10 @@
 use std::time::Instant;
 
 use super::{Executor, Live};
-use crate::batch::{Batch, Failure};
+use crate::batch::Batch;
 use crate::channel::{Broken, Incoming};
 use crate::dtype::{check_bytes_serialization, element_count, DataType};
+use crate::error::Error;
 use crate::sys::Mapping;
 use crate::wire::{
     decode_body, Body, Response, Tensor, ERROR_INTERNAL, FLAG_FINAL, FLAG_RETAINED, KIND_BATCH_ERROR, KIND_REPLY,
@@ -30,14 +31,11 @@ impl Executor {
             if let Some(incoming) = channel.poll_message(CANCEL_CHECK_MS - waited)? {
                 let header = incoming.header;
                 if header.seq != seq || (header.kind != KIND_REPLY && header.kind != KIND_BATCH_ERROR) {
-                    return Err(Broken(format!(
-                        "the worker answered batch {seq} with a message of kind {} for batch {}",
-                        header.kind, header.seq
-                    )));
+                    return Err(Broken::OutOfStep { batch: seq, kind: header.kind, seq: header.seq });
                 }
                 let last = header.kind == KIND_BATCH_ERROR || header.has(FLAG_FINAL);
                 if header.kind == KIND_REPLY && !decoupled && !last {
-                    return Err(Broken("the worker streamed a partial reply to a model that is not decoupled".into()));
+                    return Err(Broken::PartialReply);
                 }
                 replies += 1;
                 answer(&incoming, batch, live, decoupled);
@@ -75,7 +73,7 @@ impl Executor {
 fn answer<B: Batch>(incoming: &Incoming<'_>, batch: &mut B, live: &mut [Live], decoupled: bool) {
     let header = &incoming.header;
     let last = header.kind == KIND_BATCH_ERROR || header.has(FLAG_FINAL);
-    let fail_open = |batch: &mut B, live: &mut [Live], failure: &Failure| {
+    let fail_open = |batch: &mut B, live: &mut [Live], failure: &Error| {
         for request in live.iter_mut().filter(|request| !request.done) {
             batch.fail(request.index, failure);
             request.done = true;
@@ -84,12 +82,12 @@ fn answer<B: Batch>(incoming: &Incoming<'_>, batch: &mut B, live: &mut [Live], d
     let body = match decode_body(header, incoming.meta) {
         Ok(body) => body,
         Err(error) => {
-            let failure = Failure::new(ERROR_INTERNAL, format!("tritonrt: the worker's reply cannot be read: {error}"));
+            let failure = Error::new(ERROR_INTERNAL, format!("tritonrt: the worker's reply cannot be read: {error}"));
             return fail_open(batch, live, &failure);
         }
     };
     let responses = match body {
-        Body::BatchError { code, message } => return fail_open(batch, live, &Failure::new(code, message)),
+        Body::BatchError { code, message } => return fail_open(batch, live, &Error::new(code, message)),
         Body::Reply(responses) => responses,
         _ => unreachable!("kind checked by the caller"),
     };
@@ -99,7 +97,7 @@ fn answer<B: Batch>(incoming: &Incoming<'_>, batch: &mut B, live: &mut [Live], d
             responses.len(),
             live.len()
         );
-        return fail_open(batch, live, &Failure::new(ERROR_INTERNAL, message));
+        return fail_open(batch, live, &Error::new(ERROR_INTERNAL, message));
     }
     for (request, response) in live.iter_mut().zip(responses) {
         if request.done {
@@ -121,7 +119,7 @@ fn answer<B: Batch>(incoming: &Incoming<'_>, batch: &mut B, live: &mut [Live], d
                 }
             }
             Response::Error { code, message } => {
-                batch.fail(request.index, &Failure::new(code, message));
+                batch.fail(request.index, &Error::new(code, message));
                 request.done = true;
             }
             Response::Nothing if last && decoupled => {
@@ -139,13 +137,12 @@ fn add_outputs<B: Batch>(
     batch: &mut B,
     request: &Live,
     outputs: &[Tensor<'_>],
-) -> Result<(), Failure> {
+) -> Result<(), Error> {
     for output in outputs {
         if !request.requested.is_empty() && !request.requested.iter().any(|name| name == output.name) {
             continue;
         }
-        let bad =
-            |detail: String| Failure::new(ERROR_INTERNAL, format!("tritonrt: output {:?}: {detail}", output.name));
+        let bad = |detail: String| Error::new(ERROR_INTERNAL, format!("tritonrt: output {:?}: {detail}", output.name));
         let source: Source<'_> = match output.location {
             LOCATION_INLINE => Source::Bytes(&incoming.data[output.offset as usize..][..output.byte_length as usize]),
             LOCATION_SENDER_REGION | LOCATION_RECEIVER_REGION => {
@@ -157,29 +154,38 @@ fn add_outputs<B: Batch>(
                 } else {
                     incoming.own.map(|own| own.mapping())
                 };
-                Source::Region(mapping.ok_or_else(|| bad("its region is not mapped".into()))?)
+                let mapping = mapping.ok_or_else(|| bad("its region is not mapped".into()))?;
+                // Checked before Triton is asked for a buffer of the worker-declared length.
+                if !mapping.holds(output.offset, output.byte_length) {
+                    return Err(bad(outside(output)));
+                }
+                Source::Region(mapping)
             }
             other => return Err(bad(format!("unknown location {other}"))),
         };
         let elements = if output.dtype == DataType::Bytes { element_count(&output.shape).map_err(bad)? } else { 0 };
-        let mut fill = |dst: &mut [u8]| -> Result<(), String> {
+        let mut fill = |dst: &mut [u8]| -> Result<(), Error> {
             match source {
                 Source::Bytes(bytes) => dst.copy_from_slice(bytes),
                 Source::Region(mapping) => {
                     if !mapping.copy_out(output.offset, dst) {
-                        return Err(format!("bytes {}+{} lie outside the region", output.offset, output.byte_length));
+                        return Err(bad(outside(output)));
                     }
                 }
             }
             if output.dtype == DataType::Bytes {
                 // checked on the copy: the worker cannot change it any more
-                check_bytes_serialization(dst, elements)?;
+                check_bytes_serialization(dst, elements).map_err(bad)?;
             }
             Ok(())
         };
         batch.add_output(request.index, output.name, output.dtype, &output.shape, output.byte_length, &mut fill)?;
     }
     Ok(())
+}
+
+fn outside(output: &Tensor<'_>) -> String {
+    format!("bytes {}+{} lie outside the region", output.offset, output.byte_length)
 }
 
 #[derive(Clone, Copy)]

@@ -8,10 +8,11 @@ mod send;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::batch::{Batch, Failure};
-use crate::channel::{Broken, Channel, SendFailed};
+use crate::batch::Batch;
+use crate::channel::{Broken, Channel, ConnectError, SendFailed};
+use crate::error::Error;
 use crate::sys;
-use crate::wire::{Hello, ERROR_INTERNAL, ERROR_UNAVAILABLE};
+use crate::wire::Hello;
 
 use send::SendError;
 
@@ -63,7 +64,7 @@ impl Executor {
     }
 
     /// Connect and shake hands, unless connected.
-    pub fn connect(&mut self) -> Result<(), String> {
+    pub fn connect(&mut self) -> Result<(), ConnectError> {
         if self.channel.is_some() {
             return Ok(());
         }
@@ -88,7 +89,7 @@ impl Executor {
     }
 
     /// Ok while the worker is connected (reconnecting if it went away and is back).
-    pub fn ready(&mut self) -> Result<(), String> {
+    pub fn ready(&mut self) -> Result<(), ConnectError> {
         if self.channel.as_ref().is_some_and(Channel::peer_closed) {
             self.channel = None;
         }
@@ -115,7 +116,7 @@ impl Executor {
             Ok(()) => {}
             Err(SendError::Unavailable(error)) => {
                 // No request was read or failed yet: every one fails.
-                let failure = Failure::new(ERROR_UNAVAILABLE, format!("tritonrt: {error}"));
+                let failure = Error::unavailable(format!("tritonrt: {error}"));
                 (0..batch.len()).for_each(|index| batch.fail(index, &failure));
                 return timing;
             }
@@ -124,9 +125,8 @@ impl Executor {
                 return timing;
             }
             Err(SendError::Channel(failed)) => {
-                let Broken(error) = failed.into_broken();
                 self.channel = None;
-                let failure = self.lost(error);
+                let failure = self.lost(&failed.into_broken());
                 live.iter().for_each(|request| batch.fail(request.index, &failure));
                 return timing;
             }
@@ -135,9 +135,9 @@ impl Executor {
             return timing;
         }
         timing.compute_start_ns = sys::monotonic_ns();
-        if let Err(Broken(error)) = self.await_answer(batch, &mut live) {
+        if let Err(broken) = self.await_answer(batch, &mut live) {
             self.channel = None;
-            let failure = self.lost(error);
+            let failure = self.lost(&broken);
             for request in live.iter_mut().filter(|request| !request.done) {
                 batch.fail(request.index, &failure);
                 request.done = true;
@@ -150,7 +150,7 @@ impl Executor {
                 batch.finish(request.index);
             } else {
                 let message = "tritonrt: the worker's reply had no response for this request";
-                batch.fail(request.index, &Failure::new(ERROR_INTERNAL, message));
+                batch.fail(request.index, &Error::internal(message));
             }
         }
         timing
@@ -160,17 +160,14 @@ impl Executor {
         &mut self,
         batch: &mut B,
         live: &mut Vec<Live>,
-        failed: &mut Vec<(usize, Failure)>,
+        failed: &mut Vec<(usize, Error)>,
         timing: &mut Timing,
     ) -> Result<(), SendError> {
         self.connect().map_err(SendError::Unavailable)?;
         self.send_batch(batch, live, failed, timing)
     }
 
-    fn lost(&self, error: String) -> Failure {
-        Failure::new(
-            ERROR_UNAVAILABLE,
-            format!("tritonrt: lost the process serving model {:?}: {error}", self.target.model_name),
-        )
+    fn lost(&self, broken: &Broken) -> Error {
+        Error::unavailable(format!("tritonrt: lost the process serving model {:?}: {broken}", self.target.model_name))
     }
 }

@@ -3,12 +3,13 @@
 use std::borrow::Cow;
 
 use super::{Executor, Live, Timing};
-use crate::batch::{Batch, Buffer, Failure, Input};
-use crate::channel::SendFailed;
+use crate::batch::{Batch, Buffer, Input};
+use crate::channel::{ConnectError, SendFailed};
 use crate::dtype::{check_byte_length, check_bytes_serialization, element_count, DataType};
+use crate::error::Error;
 use crate::wire::{
-    self, align, encode_head, Body, Header, Tensor, ERROR_CANCELLED, ERROR_INTERNAL, ERROR_INVALID_ARG,
-    ERROR_UNAVAILABLE, FLAG_NEW_REGION, LOCATION_INLINE, LOCATION_SENDER_REGION, MAX_DATA_BYTES,
+    self, align, encode_head, Body, Header, Tensor, ERROR_CANCELLED, ERROR_INVALID_ARG, FLAG_NEW_REGION,
+    LOCATION_INLINE, LOCATION_SENDER_REGION, MAX_DATA_BYTES,
 };
 
 impl Executor {
@@ -18,7 +19,7 @@ impl Executor {
         &mut self,
         batch: &mut B,
         live: &mut Vec<Live>,
-        failed: &mut Vec<(usize, Failure)>,
+        failed: &mut Vec<(usize, Error)>,
         timing: &mut Timing,
     ) -> Result<(), SendError> {
         let channel = self.channel.as_mut().expect("connected");
@@ -26,7 +27,7 @@ impl Executor {
         let mut views = Vec::with_capacity(batch.len());
         for index in 0..batch.len() {
             if batch.is_cancelled(index) {
-                failed.push((index, Failure::new(ERROR_CANCELLED, "tritonrt: the request was cancelled")));
+                failed.push((index, Error::new(ERROR_CANCELLED, "tritonrt: the request was cancelled")));
                 continue;
             }
             match batch
@@ -85,12 +86,8 @@ impl Executor {
             }
         }
         let (region_id, announce) = if region_end > 0 {
-            match channel.own_region(region_end) {
-                Ok((region, announce)) => (region.id, announce),
-                Err(error) => {
-                    return Err(SendError::Requests(Failure::new(ERROR_UNAVAILABLE, format!("tritonrt: {error}"))));
-                }
-            }
+            let (region, announce) = channel.own_region(region_end).map_err(SendError::Requests)?;
+            (region.id, announce)
         } else {
             (0, false)
         };
@@ -150,7 +147,7 @@ impl Executor {
             }
         }
         if let Some(error) = copy_error {
-            return Err(SendError::Requests(Failure::new(ERROR_INTERNAL, format!("tritonrt: {error}"))));
+            return Err(SendError::Requests(error));
         }
         if live.is_empty() {
             return Ok(());
@@ -161,19 +158,19 @@ impl Executor {
 
 pub(super) enum SendError {
     /// Every live request fails with this (the connection goes on).
-    Requests(Failure),
+    Requests(Error),
     /// No connection to the worker could be made: every request fails with this.
-    Unavailable(String),
+    Unavailable(ConnectError),
     /// The connection failed (`SendFailed::Unsent`: before any byte of the batch went).
     Channel(SendFailed),
 }
 
 /// Check each input's byte size against its shape and type (overflow-checked, before anything is copied)
 /// and each BYTES input's serialization. The error names the input.
-fn check_inputs<B: Batch>(inputs: &[Input<'_>], batch: &B) -> Result<(), Failure> {
+fn check_inputs<B: Batch>(inputs: &[Input<'_>], batch: &B) -> Result<(), Error> {
     for input in inputs {
         let invalid =
-            |detail: String| Failure::new(ERROR_INVALID_ARG, format!("tritonrt: input {:?}: {detail}", input.name));
+            |detail: String| Error::new(ERROR_INVALID_ARG, format!("tritonrt: input {:?}: {detail}", input.name));
         check_byte_length(input.dtype, input.shape, input.byte_size()).map_err(invalid)?;
         if input.dtype == DataType::Bytes {
             let elements = element_count(input.shape).map_err(invalid)?;
@@ -186,8 +183,7 @@ fn check_inputs<B: Batch>(inputs: &[Input<'_>], batch: &B) -> Result<(), Failure
                     copy_input(input, batch, &mut |at, part| {
                         gathered[at..at + part.len()].copy_from_slice(part);
                         true
-                    })
-                    .map_err(|e| Failure::new(ERROR_INTERNAL, e))?;
+                    })?;
                     whole = gathered;
                     &whole
                 }
@@ -199,7 +195,7 @@ fn check_inputs<B: Batch>(inputs: &[Input<'_>], batch: &B) -> Result<(), Failure
 }
 
 /// Copy an input's buffers, in order, through `put(offset within the tensor, bytes)`.
-fn copy_input<B: Batch>(input: &Input<'_>, batch: &B, put: &mut dyn FnMut(usize, &[u8]) -> bool) -> Result<(), String> {
+fn copy_input<B: Batch>(input: &Input<'_>, batch: &B, put: &mut dyn FnMut(usize, &[u8]) -> bool) -> Result<(), Error> {
     let mut at = 0usize;
     for buffer in &input.buffers {
         let ok = match *buffer {
@@ -211,7 +207,7 @@ fn copy_input<B: Batch>(input: &Input<'_>, batch: &B, put: &mut dyn FnMut(usize,
             }
         };
         if !ok {
-            return Err(format!("input {:?} does not fit where it was placed", input.name));
+            return Err(Error::internal(format!("tritonrt: input {:?} does not fit where it was placed", input.name)));
         }
         at += buffer.len();
     }

@@ -6,6 +6,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
+use crate::error::Error;
 use crate::sys;
 
 /// Opaque Triton objects.
@@ -49,8 +50,6 @@ pub struct ResponseFactory {
 pub struct Output {
     _opaque: [u8; 0],
 }
-
-pub type Err = *mut TritonError;
 
 /// The backend API this library is written against: major must match, minor is the least we need
 /// (1.16 added request cancellation, Triton 23.10; tritonrt's servers are 24.x and NGC 25.x, API 1.19).
@@ -100,7 +99,7 @@ macro_rules! api_table {
                         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) $(-> $ret)?>(address) }
                     }, )*
                     cuda_memcpy: {
-                        let address = sys::global_symbol(c_str(b"cudaMemcpy\0"));
+                        let address = sys::global_symbol(c"cudaMemcpy");
                         // SAFETY: cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind).
                         (!address.is_null()).then(|| unsafe {
                             std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int>(address)
@@ -113,66 +112,62 @@ macro_rules! api_table {
 }
 
 api_table! {
-    error_new: "TRITONSERVER_ErrorNew" => fn(u32, *const c_char) -> Err;
-    error_delete: "TRITONSERVER_ErrorDelete" => fn(Err);
-    error_message: "TRITONSERVER_ErrorMessage" => fn(Err) -> *const c_char;
-    message_to_json: "TRITONSERVER_MessageSerializeToJson" => fn(*mut TritonMessage, *mut *const c_char, *mut usize) -> Err;
-    message_delete: "TRITONSERVER_MessageDelete" => fn(*mut TritonMessage) -> Err;
+    error_new: "TRITONSERVER_ErrorNew" => fn(u32, *const c_char) -> *mut TritonError;
+    error_delete: "TRITONSERVER_ErrorDelete" => fn(*mut TritonError);
+    error_message: "TRITONSERVER_ErrorMessage" => fn(*mut TritonError) -> *const c_char;
+    message_to_json: "TRITONSERVER_MessageSerializeToJson" => fn(*mut TritonMessage, *mut *const c_char, *mut usize) -> *mut TritonError;
+    message_delete: "TRITONSERVER_MessageDelete" => fn(*mut TritonMessage) -> *mut TritonError;
     log_is_enabled: "TRITONSERVER_LogIsEnabled" => fn(u32) -> bool;
-    log_message: "TRITONSERVER_LogMessage" => fn(u32, *const c_char, c_int, *const c_char) -> Err;
-    api_version: "TRITONBACKEND_ApiVersion" => fn(*mut u32, *mut u32) -> Err;
-    model_config: "TRITONBACKEND_ModelConfig" => fn(*mut Model, u32, *mut *mut TritonMessage) -> Err;
-    model_repository: "TRITONBACKEND_ModelRepository" => fn(*mut Model, *mut u32, *mut *const c_char) -> Err;
-    model_state: "TRITONBACKEND_ModelState" => fn(*mut Model, *mut *mut c_void) -> Err;
-    model_set_state: "TRITONBACKEND_ModelSetState" => fn(*mut Model, *mut c_void) -> Err;
-    instance_name: "TRITONBACKEND_ModelInstanceName" => fn(*mut ModelInstance, *mut *const c_char) -> Err;
-    instance_model: "TRITONBACKEND_ModelInstanceModel" => fn(*mut ModelInstance, *mut *mut Model) -> Err;
-    instance_state: "TRITONBACKEND_ModelInstanceState" => fn(*mut ModelInstance, *mut *mut c_void) -> Err;
-    instance_set_state: "TRITONBACKEND_ModelInstanceSetState" => fn(*mut ModelInstance, *mut c_void) -> Err;
-    report_statistics: "TRITONBACKEND_ModelInstanceReportStatistics" => fn(*mut ModelInstance, *mut Request, bool, u64, u64, u64, u64) -> Err;
-    report_batch_statistics: "TRITONBACKEND_ModelInstanceReportBatchStatistics" => fn(*mut ModelInstance, u64, u64, u64, u64, u64) -> Err;
-    request_id: "TRITONBACKEND_RequestId" => fn(*mut Request, *mut *const c_char) -> Err;
-    request_correlation_id: "TRITONBACKEND_RequestCorrelationId" => fn(*mut Request, *mut u64) -> Err;
-    request_correlation_id_string: "TRITONBACKEND_RequestCorrelationIdString" => fn(*mut Request, *mut *const c_char) -> Err;
-    request_flags: "TRITONBACKEND_RequestFlags" => fn(*mut Request, *mut u32) -> Err;
-    request_parameter_count: "TRITONBACKEND_RequestParameterCount" => fn(*mut Request, *mut u32) -> Err;
-    request_parameter: "TRITONBACKEND_RequestParameter" => fn(*mut Request, u32, *mut *const c_char, *mut u32, *mut *const c_void) -> Err;
-    request_input_count: "TRITONBACKEND_RequestInputCount" => fn(*mut Request, *mut u32) -> Err;
-    request_input_by_index: "TRITONBACKEND_RequestInputByIndex" => fn(*mut Request, u32, *mut *mut Input) -> Err;
-    request_output_count: "TRITONBACKEND_RequestOutputCount" => fn(*mut Request, *mut u32) -> Err;
-    request_output_name: "TRITONBACKEND_RequestOutputName" => fn(*mut Request, u32, *mut *const c_char) -> Err;
-    request_is_cancelled: "TRITONBACKEND_RequestIsCancelled" => fn(*mut Request, *mut bool) -> Err;
-    request_release: "TRITONBACKEND_RequestRelease" => fn(*mut Request, u32) -> Err;
-    input_properties: "TRITONBACKEND_InputProperties" => fn(*mut Input, *mut *const c_char, *mut u32, *mut *const i64, *mut u32, *mut u64, *mut u32) -> Err;
-    input_buffer: "TRITONBACKEND_InputBuffer" => fn(*mut Input, u32, *mut *const c_void, *mut u64, *mut u32, *mut i64) -> Err;
-    response_new: "TRITONBACKEND_ResponseNew" => fn(*mut *mut Response, *mut Request) -> Err;
-    response_new_from_factory: "TRITONBACKEND_ResponseNewFromFactory" => fn(*mut *mut Response, *mut ResponseFactory) -> Err;
-    response_delete: "TRITONBACKEND_ResponseDelete" => fn(*mut Response) -> Err;
-    response_output: "TRITONBACKEND_ResponseOutput" => fn(*mut Response, *mut *mut Output, *const c_char, u32, *const i64, u32) -> Err;
-    response_send: "TRITONBACKEND_ResponseSend" => fn(*mut Response, u32, Err) -> Err;
-    output_buffer: "TRITONBACKEND_OutputBuffer" => fn(*mut Output, *mut *mut c_void, u64, *mut u32, *mut i64) -> Err;
-    factory_new: "TRITONBACKEND_ResponseFactoryNew" => fn(*mut *mut ResponseFactory, *mut Request) -> Err;
-    factory_delete: "TRITONBACKEND_ResponseFactoryDelete" => fn(*mut ResponseFactory) -> Err;
-    factory_send_flags: "TRITONBACKEND_ResponseFactorySendFlags" => fn(*mut ResponseFactory, u32) -> Err;
-    factory_is_cancelled: "TRITONBACKEND_ResponseFactoryIsCancelled" => fn(*mut ResponseFactory, *mut bool) -> Err;
-}
-
-fn c_str(bytes: &'static [u8]) -> &'static CStr {
-    CStr::from_bytes_with_nul(bytes).expect("NUL-terminated literal")
+    log_message: "TRITONSERVER_LogMessage" => fn(u32, *const c_char, c_int, *const c_char) -> *mut TritonError;
+    api_version: "TRITONBACKEND_ApiVersion" => fn(*mut u32, *mut u32) -> *mut TritonError;
+    model_config: "TRITONBACKEND_ModelConfig" => fn(*mut Model, u32, *mut *mut TritonMessage) -> *mut TritonError;
+    model_repository: "TRITONBACKEND_ModelRepository" => fn(*mut Model, *mut u32, *mut *const c_char) -> *mut TritonError;
+    model_state: "TRITONBACKEND_ModelState" => fn(*mut Model, *mut *mut c_void) -> *mut TritonError;
+    model_set_state: "TRITONBACKEND_ModelSetState" => fn(*mut Model, *mut c_void) -> *mut TritonError;
+    instance_name: "TRITONBACKEND_ModelInstanceName" => fn(*mut ModelInstance, *mut *const c_char) -> *mut TritonError;
+    instance_model: "TRITONBACKEND_ModelInstanceModel" => fn(*mut ModelInstance, *mut *mut Model) -> *mut TritonError;
+    instance_state: "TRITONBACKEND_ModelInstanceState" => fn(*mut ModelInstance, *mut *mut c_void) -> *mut TritonError;
+    instance_set_state: "TRITONBACKEND_ModelInstanceSetState" => fn(*mut ModelInstance, *mut c_void) -> *mut TritonError;
+    report_statistics: "TRITONBACKEND_ModelInstanceReportStatistics" => fn(*mut ModelInstance, *mut Request, bool, u64, u64, u64, u64) -> *mut TritonError;
+    report_batch_statistics: "TRITONBACKEND_ModelInstanceReportBatchStatistics" => fn(*mut ModelInstance, u64, u64, u64, u64, u64) -> *mut TritonError;
+    request_id: "TRITONBACKEND_RequestId" => fn(*mut Request, *mut *const c_char) -> *mut TritonError;
+    request_correlation_id: "TRITONBACKEND_RequestCorrelationId" => fn(*mut Request, *mut u64) -> *mut TritonError;
+    request_correlation_id_string: "TRITONBACKEND_RequestCorrelationIdString" => fn(*mut Request, *mut *const c_char) -> *mut TritonError;
+    request_flags: "TRITONBACKEND_RequestFlags" => fn(*mut Request, *mut u32) -> *mut TritonError;
+    request_parameter_count: "TRITONBACKEND_RequestParameterCount" => fn(*mut Request, *mut u32) -> *mut TritonError;
+    request_parameter: "TRITONBACKEND_RequestParameter" => fn(*mut Request, u32, *mut *const c_char, *mut u32, *mut *const c_void) -> *mut TritonError;
+    request_input_count: "TRITONBACKEND_RequestInputCount" => fn(*mut Request, *mut u32) -> *mut TritonError;
+    request_input_by_index: "TRITONBACKEND_RequestInputByIndex" => fn(*mut Request, u32, *mut *mut Input) -> *mut TritonError;
+    request_output_count: "TRITONBACKEND_RequestOutputCount" => fn(*mut Request, *mut u32) -> *mut TritonError;
+    request_output_name: "TRITONBACKEND_RequestOutputName" => fn(*mut Request, u32, *mut *const c_char) -> *mut TritonError;
+    request_is_cancelled: "TRITONBACKEND_RequestIsCancelled" => fn(*mut Request, *mut bool) -> *mut TritonError;
+    request_release: "TRITONBACKEND_RequestRelease" => fn(*mut Request, u32) -> *mut TritonError;
+    input_properties: "TRITONBACKEND_InputProperties" => fn(*mut Input, *mut *const c_char, *mut u32, *mut *const i64, *mut u32, *mut u64, *mut u32) -> *mut TritonError;
+    input_buffer: "TRITONBACKEND_InputBuffer" => fn(*mut Input, u32, *mut *const c_void, *mut u64, *mut u32, *mut i64) -> *mut TritonError;
+    response_new: "TRITONBACKEND_ResponseNew" => fn(*mut *mut Response, *mut Request) -> *mut TritonError;
+    response_new_from_factory: "TRITONBACKEND_ResponseNewFromFactory" => fn(*mut *mut Response, *mut ResponseFactory) -> *mut TritonError;
+    response_delete: "TRITONBACKEND_ResponseDelete" => fn(*mut Response) -> *mut TritonError;
+    response_output: "TRITONBACKEND_ResponseOutput" => fn(*mut Response, *mut *mut Output, *const c_char, u32, *const i64, u32) -> *mut TritonError;
+    response_send: "TRITONBACKEND_ResponseSend" => fn(*mut Response, u32, *mut TritonError) -> *mut TritonError;
+    output_buffer: "TRITONBACKEND_OutputBuffer" => fn(*mut Output, *mut *mut c_void, u64, *mut u32, *mut i64) -> *mut TritonError;
+    factory_new: "TRITONBACKEND_ResponseFactoryNew" => fn(*mut *mut ResponseFactory, *mut Request) -> *mut TritonError;
+    factory_delete: "TRITONBACKEND_ResponseFactoryDelete" => fn(*mut ResponseFactory) -> *mut TritonError;
+    factory_send_flags: "TRITONBACKEND_ResponseFactorySendFlags" => fn(*mut ResponseFactory, u32) -> *mut TritonError;
+    factory_is_cancelled: "TRITONBACKEND_ResponseFactoryIsCancelled" => fn(*mut ResponseFactory, *mut bool) -> *mut TritonError;
 }
 
 static API: OnceLock<Api> = OnceLock::new();
 
-/// Resolve the API once (at TRITONBACKEND_Initialize). The error names the missing function.
-pub fn load() -> Result<&'static Api, String> {
+/// Resolve the API once (at TRITONBACKEND_Initialize). The error (UNSUPPORTED) names the missing function.
+pub fn load() -> Result<&'static Api, Error> {
     if let Some(api) = API.get() {
         return Ok(api);
     }
     let api = Api::resolve().map_err(|symbol| {
-        format!(
+        Error::unsupported(format!(
             "tritonrt backend: this tritonserver does not export {symbol}; the backend needs Triton's backend API \
              {API_MAJOR}.{API_MINOR} or newer (Triton 23.10+)"
-        )
+        ))
     })?;
     Ok(API.get_or_init(|| api))
 }

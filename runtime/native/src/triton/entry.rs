@@ -8,15 +8,16 @@ use std::ptr;
 use std::sync::{Mutex, TryLockError};
 
 use super::api::{
-    self, api, Backend, Err, Model, ModelInstance, Request, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM, LOG_ERROR,
-    LOG_INFO,
+    self, api, Backend, Model, ModelInstance, Request, TritonError, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM,
+    LOG_ERROR, LOG_INFO,
 };
 use super::requests::TritonBatch;
 use super::{check, log, new_error, text};
 use crate::config::{instance_index, Connection, ModelConfig};
+use crate::error::Error;
 use crate::execute::{Executor, Target, BACKEND_VERSION};
 use crate::sys;
-use crate::wire::{ERROR_INTERNAL, ERROR_UNAVAILABLE, ERROR_UNSUPPORTED, VERSION};
+use crate::wire::VERSION;
 
 struct ModelState {
     config: ModelConfig,
@@ -30,33 +31,29 @@ struct InstanceState {
 }
 
 /// Run an entry point's body; a panic or an error becomes a Triton error (code, "tritonrt backend: ...").
-fn guarded(what: &str, body: impl FnOnce() -> Result<(), (u8, String)>) -> Err {
+fn guarded(what: &str, body: impl FnOnce() -> Result<(), Error>) -> *mut TritonError {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => ptr::null_mut(),
-        Ok(Err((code, message))) => new_error(code, &message),
+        Ok(Err(error)) => new_error(&error),
         Err(panic) => {
             let detail = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            new_error(ERROR_INTERNAL, &format!("tritonrt backend: internal error in {what}: {detail}"))
+            new_error(&Error::internal(format!("tritonrt backend: internal error in {what}: {detail}")))
         }
     }
 }
 
-fn internal(message: String) -> (u8, String) {
-    (ERROR_INTERNAL, message)
-}
-
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_Initialize(_backend: *mut Backend) -> Err {
+pub extern "C" fn TRITONBACKEND_Initialize(_backend: *mut Backend) -> *mut TritonError {
     let api = match api::load() {
         Ok(api) => api,
-        Err(message) => {
+        Err(error) => {
             // Without ErrorNew no error can be returned: say it on stderr, which tritonserver's log shows.
-            eprintln!("{message}");
-            return match catch_unwind(|| new_error(ERROR_UNSUPPORTED, &message)) {
+            eprintln!("{error}");
+            return match catch_unwind(|| new_error(&error)) {
                 Ok(error) => error,
                 Err(_) => ptr::null_mut(),
             };
@@ -65,15 +62,12 @@ pub extern "C" fn TRITONBACKEND_Initialize(_backend: *mut Backend) -> Err {
     guarded("TRITONBACKEND_Initialize", || {
         let (mut major, mut minor) = (0u32, 0u32);
         // SAFETY: out-pointers are locals.
-        check(unsafe { (api.api_version)(&mut major, &mut minor) }).map_err(internal)?;
+        check(unsafe { (api.api_version)(&mut major, &mut minor) }).map_err(Error::internal)?;
         if major != API_MAJOR || minor < API_MINOR {
-            return Err((
-                ERROR_UNSUPPORTED,
-                format!(
-                    "tritonrt backend: this tritonserver has backend API {major}.{minor}; the backend needs \
-                     {API_MAJOR}.{API_MINOR} or a later {API_MAJOR}.x (Triton 23.10 or newer)"
-                ),
-            ));
+            return Err(Error::unsupported(format!(
+                "tritonrt backend: this tritonserver has backend API {major}.{minor}; the backend needs \
+                 {API_MAJOR}.{API_MINOR} or a later {API_MAJOR}.x (Triton 23.10 or newer)"
+            )));
         }
         log(LOG_INFO, &format!("{BACKEND_VERSION} (wire protocol {VERSION}) on backend API {major}.{minor}"));
         Ok(())
@@ -81,17 +75,17 @@ pub extern "C" fn TRITONBACKEND_Initialize(_backend: *mut Backend) -> Err {
 }
 
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_Finalize(_backend: *mut Backend) -> Err {
+pub extern "C" fn TRITONBACKEND_Finalize(_backend: *mut Backend) -> *mut TritonError {
     ptr::null_mut()
 }
 
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut Model) -> Err {
+pub extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut Model) -> *mut TritonError {
     guarded("TRITONBACKEND_ModelInitialize", || {
         let api = api();
         let mut message = ptr::null_mut();
         // SAFETY: a live model; config version 1 is the JSON model configuration.
-        check(unsafe { (api.model_config)(model, 1, &mut message) }).map_err(internal)?;
+        check(unsafe { (api.model_config)(model, 1, &mut message) }).map_err(Error::internal)?;
         let (mut base, mut size) = (ptr::null::<c_char>(), 0usize);
         // SAFETY: a live message; base/size describe its JSON text until the message is deleted.
         let json = check(unsafe { (api.message_to_json)(message, &mut base, &mut size) }).map(|()| {
@@ -100,31 +94,31 @@ pub extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut Model) -> Err {
         });
         // SAFETY: our message, deleted once.
         let _ = check(unsafe { (api.message_delete)(message) });
-        let config = ModelConfig::from_json(&json.map_err(internal)?).map_err(internal)?;
+        let config = ModelConfig::from_json(&json.map_err(Error::internal)?).map_err(Error::internal)?;
         let (mut kind, mut location) = (0u32, ptr::null::<c_char>());
         // SAFETY: a live model; the location string lives as long as the model (copied at once).
-        check(unsafe { (api.model_repository)(model, &mut kind, &mut location) }).map_err(internal)?;
-        let location = unsafe { text(location) }.ok_or_else(|| internal("the model has no repository path".into()))?;
+        check(unsafe { (api.model_repository)(model, &mut kind, &mut location) }).map_err(Error::internal)?;
+        let location = unsafe { text(location) }.ok_or_else(|| Error::internal("the model has no repository path"))?;
         if kind != ARTIFACT_FILESYSTEM {
-            return Err(internal(format!("model {:?}: its repository is not a file system path", config.name)));
+            return Err(Error::internal(format!("model {:?}: its repository is not a file system path", config.name)));
         }
         let connection = Connection::read(Path::new(location))
-            .map_err(|e| (ERROR_UNAVAILABLE, format!("tritonrt backend: model {:?}: {e}", config.name)))?;
+            .map_err(|e| Error::unavailable(format!("tritonrt backend: model {:?}: {e}", config.name)))?;
         let (mut major, mut minor) = (0u32, 0u32);
         // SAFETY: out-pointers are locals.
-        check(unsafe { (api.api_version)(&mut major, &mut minor) }).map_err(internal)?;
+        check(unsafe { (api.api_version)(&mut major, &mut minor) }).map_err(Error::internal)?;
         let state = Box::new(ModelState { config, connection, api_version: (major, minor) });
         // SAFETY: Triton keeps the pointer until ModelFinalize, which takes the box back.
-        check(unsafe { (api.model_set_state)(model, Box::into_raw(state).cast()) }).map_err(internal)
+        check(unsafe { (api.model_set_state)(model, Box::into_raw(state).cast()) }).map_err(Error::internal)
     })
 }
 
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelFinalize(model: *mut Model) -> Err {
+pub extern "C" fn TRITONBACKEND_ModelFinalize(model: *mut Model) -> *mut TritonError {
     guarded("TRITONBACKEND_ModelFinalize", || {
         let mut state = ptr::null_mut();
         // SAFETY: a live model.
-        check(unsafe { (api().model_state)(model, &mut state) }).map_err(internal)?;
+        check(unsafe { (api().model_state)(model, &mut state) }).map_err(Error::internal)?;
         if !state.is_null() {
             // SAFETY: the pointer came from Box::into_raw in ModelInitialize; its instances are finalized.
             drop(unsafe { Box::from_raw(state.cast::<ModelState>()) });
@@ -135,26 +129,26 @@ pub extern "C" fn TRITONBACKEND_ModelFinalize(model: *mut Model) -> Err {
 
 /// The model state of a live model (set in ModelInitialize, alive until ModelFinalize, which Triton
 /// calls after every instance is finalized).
-fn model_state<'a>(model: *mut Model) -> Result<&'a ModelState, (u8, String)> {
+fn model_state<'a>(model: *mut Model) -> Result<&'a ModelState, Error> {
     let mut state = ptr::null_mut();
     // SAFETY: a live model.
-    check(unsafe { (api().model_state)(model, &mut state) }).map_err(internal)?;
+    check(unsafe { (api().model_state)(model, &mut state) }).map_err(Error::internal)?;
     // SAFETY: set from a Box<ModelState> in ModelInitialize and only read until ModelFinalize.
-    unsafe { state.cast::<ModelState>().as_ref() }.ok_or_else(|| internal("the model has no tritonrt state".into()))
+    unsafe { state.cast::<ModelState>().as_ref() }.ok_or_else(|| Error::internal("the model has no tritonrt state"))
 }
 
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ModelInstance) -> Err {
+pub extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ModelInstance) -> *mut TritonError {
     guarded("TRITONBACKEND_ModelInstanceInitialize", || {
         let api = api();
         let (mut name, mut model) = (ptr::null(), ptr::null_mut());
         // SAFETY: a live instance; its name lives as long as it.
-        check(unsafe { (api.instance_name)(instance, &mut name) }).map_err(internal)?;
-        check(unsafe { (api.instance_model)(instance, &mut model) }).map_err(internal)?;
+        check(unsafe { (api.instance_name)(instance, &mut name) }).map_err(Error::internal)?;
+        check(unsafe { (api.instance_model)(instance, &mut model) }).map_err(Error::internal)?;
         let name = unsafe { text(name) }.unwrap_or("");
         let state = model_state(model)?;
         let index = instance_index(name, state.connection.sockets.len())
-            .map_err(|e| (ERROR_UNSUPPORTED, format!("tritonrt backend: model {:?}: {e}", state.config.name)))?;
+            .map_err(|e| Error::unsupported(format!("tritonrt backend: model {:?}: {e}", state.config.name)))?;
         let mut executor = Executor::new(Target {
             model_name: state.config.name.clone(),
             instance_index: index as u32,
@@ -166,19 +160,19 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ModelInst
             owner: state.connection.owner,
             api_version: state.api_version,
         });
-        executor.connect().map_err(|e| (ERROR_UNAVAILABLE, format!("tritonrt backend: instance {name:?}: {e}")))?;
+        executor.connect().map_err(|e| Error::unavailable(format!("tritonrt backend: instance {name:?}: {e}")))?;
         let state = Box::new(InstanceState { decoupled: state.config.decoupled, executor: Mutex::new(executor) });
         // SAFETY: Triton keeps the pointer until ModelInstanceFinalize, which takes the box back.
-        check(unsafe { (api.instance_set_state)(instance, Box::into_raw(state).cast()) }).map_err(internal)
+        check(unsafe { (api.instance_set_state)(instance, Box::into_raw(state).cast()) }).map_err(Error::internal)
     })
 }
 
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelInstanceFinalize(instance: *mut ModelInstance) -> Err {
+pub extern "C" fn TRITONBACKEND_ModelInstanceFinalize(instance: *mut ModelInstance) -> *mut TritonError {
     guarded("TRITONBACKEND_ModelInstanceFinalize", || {
         let mut state = ptr::null_mut();
         // SAFETY: a live instance.
-        check(unsafe { (api().instance_state)(instance, &mut state) }).map_err(internal)?;
+        check(unsafe { (api().instance_state)(instance, &mut state) }).map_err(Error::internal)?;
         if !state.is_null() {
             // SAFETY: from Box::into_raw in ModelInstanceInitialize; no Execute runs during finalization.
             drop(unsafe { Box::from_raw(state.cast::<InstanceState>()) });
@@ -203,7 +197,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(
     instance: *mut ModelInstance,
     requests: *mut *mut Request,
     count: u32,
-) -> Err {
+) -> *mut TritonError {
     let exec_start = sys::monotonic_ns();
     let requests: Vec<*mut Request> = if requests.is_null() || count == 0 {
         Vec::new()
@@ -213,7 +207,7 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(
     };
     let Some(state) = instance_state(instance) else {
         // Without our state no request can be answered here: return the error, Triton answers them.
-        return new_error(ERROR_INTERNAL, "tritonrt backend: the instance has no state");
+        return new_error(&Error::internal("tritonrt backend: the instance has no state"));
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: per this function's contract; each request appears once in Triton's array.
@@ -235,14 +229,15 @@ pub unsafe extern "C" fn TRITONBACKEND_ModelInstanceExecute(
 /// Readiness (called by servers from Triton 25.12 on, from other threads, while Execute may run): the
 /// instance is ready while its worker is connected or can be connected again.
 #[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelInstanceReady(instance: *mut ModelInstance) -> Err {
+pub extern "C" fn TRITONBACKEND_ModelInstanceReady(instance: *mut ModelInstance) -> *mut TritonError {
     guarded("TRITONBACKEND_ModelInstanceReady", || {
-        let state = instance_state(instance).ok_or_else(|| internal("the instance has no state".into()))?;
+        let state = instance_state(instance).ok_or_else(|| Error::internal("the instance has no state"))?;
         match state.executor.try_lock() {
-            Ok(mut executor) => executor.ready().map_err(|e| (ERROR_UNAVAILABLE, format!("tritonrt: {e}"))),
+            Ok(mut executor) => executor.ready(),
             Err(TryLockError::WouldBlock) => Ok(()), // executing a batch: connected
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().ready().map_err(|e| (ERROR_UNAVAILABLE, e)),
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().ready(),
         }
+        .map_err(|e| Error::unavailable(format!("tritonrt: {e}")))
     })
 }
 

@@ -7,10 +7,11 @@ mod requests;
 
 use std::ffi::{c_char, CStr, CString};
 
-use api::{api, Err};
+use crate::error::Error;
+use api::{api, TritonError};
 
 /// Turn a Triton error into its message (deleting the error object).
-pub(crate) fn check(error: Err) -> Result<(), String> {
+pub(crate) fn check(error: *mut TritonError) -> Result<(), String> {
     if error.is_null() {
         return Ok(());
     }
@@ -23,11 +24,12 @@ pub(crate) fn check(error: Err) -> Result<(), String> {
     Err(message)
 }
 
-/// A new Triton error object (ownership passes to the caller, usually Triton).
-pub(crate) fn new_error(code: u8, message: &str) -> Err {
-    let message = CString::new(message.replace('\0', " ")).expect("NULs removed");
+/// The one conversion of the backend's `Error` into a Triton error object (ownership passes to the caller,
+/// usually Triton).
+pub(crate) fn new_error(error: &Error) -> *mut TritonError {
+    let message = CString::new(error.message.replace('\0', " ")).expect("NULs removed");
     // SAFETY: ErrorNew copies the message; the code is one of Triton's error codes (wire ERROR_* values).
-    unsafe { (api().error_new)(code as u32, message.as_ptr()) }
+    unsafe { (api().error_new)(u32::from(error.code), message.as_ptr()) }
 }
 
 /// Log through Triton's logger.
@@ -39,7 +41,7 @@ pub(crate) fn log(level: u32, message: &str) {
     }
     let message = CString::new(message.replace('\0', " ")).expect("NULs removed");
     // SAFETY: both strings are NUL-terminated and live for the call; the returned error (if any) is ours.
-    let error = unsafe { (api.log_message)(level, b"tritonrt\0".as_ptr().cast(), 0, message.as_ptr()) };
+    let error = unsafe { (api.log_message)(level, c"tritonrt".as_ptr(), 0, message.as_ptr()) };
     let _ = check(error);
 }
 

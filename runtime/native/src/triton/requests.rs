@@ -10,8 +10,9 @@ use super::api::{
 };
 use super::api::{CUDA_DEVICE_TO_HOST, CUDA_HOST_TO_DEVICE, LOG_ERROR};
 use super::{check, log, new_error, text};
-use crate::batch::{Batch, Buffer, Failure, Input, RequestView};
+use crate::batch::{Batch, Buffer, Input, RequestView};
 use crate::dtype::DataType;
+use crate::error::Error;
 use crate::execute::Timing;
 use crate::sys;
 use crate::wire::{Correlation, Parameter, ERROR_INTERNAL, ERROR_INVALID_ARG};
@@ -31,8 +32,8 @@ pub struct TritonBatch {
     timing: Timing,
 }
 
-fn failure(code: u8) -> impl Fn(String) -> Failure {
-    move |message| Failure::new(code, format!("tritonrt: {message}"))
+fn failure(code: u8) -> impl Fn(String) -> Error {
+    move |message| Error::new(code, format!("tritonrt: {message}"))
 }
 
 impl TritonBatch {
@@ -71,7 +72,7 @@ impl TritonBatch {
         self.timing = timing;
     }
 
-    fn response(&mut self, index: usize) -> Result<*mut Response, Failure> {
+    fn response(&mut self, index: usize) -> Result<*mut Response, Error> {
         let slot = &mut self.slots[index];
         if slot.response.is_null() {
             let api = api();
@@ -90,7 +91,7 @@ impl TritonBatch {
         Ok(slot.response)
     }
 
-    fn read_input(&self, request: *mut Request, position: u32) -> Result<Input<'_>, Failure> {
+    fn read_input(&self, request: *mut Request, position: u32) -> Result<Input<'_>, Error> {
         let api = api();
         let invalid = failure(ERROR_INVALID_ARG);
         let mut input = ptr::null_mut();
@@ -154,7 +155,7 @@ impl Batch for TritonBatch {
         self.slots.len()
     }
 
-    fn read(&self, index: usize, sequence: bool) -> Result<RequestView<'_>, Failure> {
+    fn read(&self, index: usize, sequence: bool) -> Result<RequestView<'_>, Error> {
         let api = api();
         let request = self.slots[index].request;
         let invalid = failure(ERROR_INVALID_ARG);
@@ -219,15 +220,19 @@ impl Batch for TritonBatch {
         Ok(RequestView { id, flags, correlation, parameters, requested_outputs, inputs })
     }
 
-    fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), String> {
+    fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), Error> {
         let memcpy = api().cuda_memcpy.ok_or_else(|| {
-            format!("an input lies in GPU memory (device {device}), but no CUDA runtime is loaded in tritonserver")
+            Error::internal(format!(
+                "tritonrt: an input lies in GPU memory (device {device}), but no CUDA runtime is loaded in tritonserver"
+            ))
         })?;
         // SAFETY: `address` is Triton's device buffer of at least dst.len() bytes; dst is host memory.
         let status =
             unsafe { memcpy(dst.as_mut_ptr().cast(), address as *const c_void, dst.len(), CUDA_DEVICE_TO_HOST) };
         if status != 0 {
-            return Err(format!("copying an input from GPU {device} failed (CUDA error {status})"));
+            return Err(Error::internal(format!(
+                "tritonrt: copying an input from GPU {device} failed (CUDA error {status})"
+            )));
         }
         Ok(())
     }
@@ -254,8 +259,8 @@ impl Batch for TritonBatch {
         dtype: DataType,
         shape: &[i64],
         byte_length: u64,
-        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
-    ) -> Result<(), Failure> {
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let internal = failure(ERROR_INTERNAL);
         let response = self.response(index)?;
         let api = api();
@@ -280,7 +285,7 @@ impl Batch for TritonBatch {
             .map_err(|e| internal(format!("output {name:?}: no buffer of {byte_length} bytes: {e}")))?;
         let wrap = |e: String| internal(format!("output {name:?}: {e}"));
         if len == 0 {
-            return fill(&mut []).map_err(wrap);
+            return fill(&mut []);
         }
         if buffer.is_null() {
             return Err(internal(format!("output {name:?}: Triton gave no buffer")));
@@ -289,14 +294,14 @@ impl Batch for TritonBatch {
             MEMORY_CPU | MEMORY_CPU_PINNED => {
                 // SAFETY: Triton's output buffer has `len` writable bytes, ours until the response is sent.
                 let dst = unsafe { std::slice::from_raw_parts_mut(buffer.cast::<u8>(), len) };
-                fill(dst).map_err(wrap)
+                fill(dst)
             }
             MEMORY_GPU => {
                 let memcpy = api
                     .cuda_memcpy
                     .ok_or_else(|| wrap("Triton gave GPU memory, and no CUDA runtime is loaded".into()))?;
                 let mut staging = vec![0u8; len];
-                fill(&mut staging).map_err(wrap)?;
+                fill(&mut staging)?;
                 // SAFETY: `buffer` is a device buffer of `len` bytes; staging is host memory of `len` bytes.
                 let status = unsafe { memcpy(buffer, staging.as_ptr().cast(), len, CUDA_HOST_TO_DEVICE) };
                 if status != 0 {
@@ -327,7 +332,7 @@ impl Batch for TritonBatch {
         slot.answered = final_;
     }
 
-    fn fail(&mut self, index: usize, failure: &Failure) {
+    fn fail(&mut self, index: usize, failure: &Error) {
         let api = api();
         let slot = &mut self.slots[index];
         if slot.answered {
@@ -347,7 +352,7 @@ impl Batch for TritonBatch {
             }
         };
         self.slots[index].response = ptr::null_mut();
-        let error = new_error(failure.code, &failure.message);
+        let error = new_error(failure);
         // SAFETY: a live response handed to Triton; ResponseSend does not take the error, we delete it.
         let result = check(unsafe { (api.response_send)(response, RESPONSE_COMPLETE_FINAL, error) });
         unsafe { (api.error_delete)(error) };
@@ -375,7 +380,7 @@ impl Batch for TritonBatch {
 
 impl Drop for TritonBatch {
     fn drop(&mut self) {
-        let unanswered = Failure::new(ERROR_INTERNAL, "tritonrt: internal error: the request was not answered");
+        let unanswered = Error::new(ERROR_INTERNAL, "tritonrt: internal error: the request was not answered");
         for index in 0..self.slots.len() {
             self.fail(index, &unanswered);
         }

@@ -91,7 +91,7 @@ impl<'a> Reader<'a> {
         match location {
             LOCATION_INLINE => {
                 let end = offset.checked_add(byte_length);
-                if end.map_or(true, |end| end > header.data_length) {
+                if end.is_none_or(|end| end > header.data_length) {
                     return Err(malformed(format!(
                         "{what} {name:?}: bytes {offset}+{byte_length} lie outside the {}-byte data section",
                         header.data_length

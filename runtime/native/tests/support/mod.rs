@@ -10,8 +10,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use triton_tritonrt::batch::{Batch, Buffer, Failure, Input, RequestView};
+use triton_tritonrt::batch::{Batch, Buffer, Input, RequestView};
 use triton_tritonrt::dtype::DataType;
+use triton_tritonrt::error::Error;
 use triton_tritonrt::execute::{Executor, Target};
 use triton_tritonrt::region::{OwnRegion, PeerRegion};
 use triton_tritonrt::sys;
@@ -65,20 +66,27 @@ pub struct Output {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     Sent { final_: bool, outputs: Vec<Output> },
-    Failed(Failure),
+    Failed(Error),
     Finished,
 }
 
 pub struct FakeBatch {
     pub requests: Vec<FakeRequest>,
     pub events: Vec<Vec<Event>>,
+    /// The byte length of every output buffer the executor asked for, in order.
+    pub buffers_asked: Vec<u64>,
     pending: Vec<Vec<Output>>,
 }
 
 impl FakeBatch {
     pub fn new(requests: Vec<FakeRequest>) -> FakeBatch {
         let count = requests.len();
-        FakeBatch { requests, events: vec![Vec::new(); count], pending: vec![Vec::new(); count] }
+        FakeBatch {
+            requests,
+            events: vec![Vec::new(); count],
+            buffers_asked: Vec::new(),
+            pending: vec![Vec::new(); count],
+        }
     }
 
     /// The single final event of request `index` (panics otherwise).
@@ -87,7 +95,7 @@ impl FakeBatch {
         &self.events[index][0]
     }
 
-    pub fn failure(&self, index: usize) -> &Failure {
+    pub fn failure(&self, index: usize) -> &Error {
         match self.only(index) {
             Event::Failed(failure) => failure,
             other => panic!("request {index} did not fail: {other:?}"),
@@ -122,7 +130,7 @@ impl Batch for FakeBatch {
         self.requests.len()
     }
 
-    fn read(&self, index: usize, _sequence: bool) -> Result<RequestView<'_>, Failure> {
+    fn read(&self, index: usize, _sequence: bool) -> Result<RequestView<'_>, Error> {
         let request = &self.requests[index];
         Ok(RequestView {
             id: "",
@@ -143,8 +151,8 @@ impl Batch for FakeBatch {
         })
     }
 
-    fn copy_from_device(&self, _address: usize, _device: i64, _dst: &mut [u8]) -> Result<(), String> {
-        Err("no GPU in tests".into())
+    fn copy_from_device(&self, _address: usize, _device: i64, _dst: &mut [u8]) -> Result<(), Error> {
+        Err(Error::internal("tritonrt: no GPU in tests"))
     }
 
     fn is_cancelled(&self, index: usize) -> bool {
@@ -158,10 +166,11 @@ impl Batch for FakeBatch {
         dtype: DataType,
         shape: &[i64],
         byte_length: u64,
-        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), String>,
-    ) -> Result<(), Failure> {
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.buffers_asked.push(byte_length);
         let mut data = vec![0u8; byte_length as usize];
-        fill(&mut data).map_err(|e| Failure::new(1, e))?;
+        fill(&mut data)?;
         self.pending[index].push(Output { name: name.into(), dtype, shape: shape.to_vec(), data });
         Ok(())
     }
@@ -171,7 +180,7 @@ impl Batch for FakeBatch {
         self.events[index].push(Event::Sent { final_, outputs });
     }
 
-    fn fail(&mut self, index: usize, failure: &Failure) {
+    fn fail(&mut self, index: usize, failure: &Error) {
         self.pending[index].clear();
         self.events[index].push(Event::Failed(failure.clone()));
     }

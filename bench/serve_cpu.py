@@ -1,0 +1,61 @@
+"""Serve bench/cpu_bound.py's CPU-bound model (about 1 ms of pure Python per row) with tritonrt or PyTriton.
+
+    python serve_cpu.py --runtime tritonrt --instances 2 --workers process --http-port 8000 --grpc-port 8001 \
+        --metrics-port 8002
+
+``--instances N`` binds ``[f] * N`` (PyTriton's way to ask for N instances); ``--workers`` (tritonrt only) runs
+them as threads of this process or as worker processes. Prints ``READY <seconds>``; stops on SIGTERM/SIGINT.
+"""
+
+import argparse
+import importlib
+import pathlib
+import signal
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from cpu_work import burn  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--runtime", choices=["tritonrt", "pytriton"], required=True)
+parser.add_argument("--instances", type=int, default=1)
+parser.add_argument("--workers", choices=["thread", "process"], default="thread")
+parser.add_argument("--http-port", type=int, required=True)
+parser.add_argument("--grpc-port", type=int, required=True)
+parser.add_argument("--metrics-port", type=int, required=True)
+args = parser.parse_args()
+
+triton_module = importlib.import_module(f"{args.runtime}.triton")
+model_config = importlib.import_module(f"{args.runtime}.model_config")
+batch = importlib.import_module(f"{args.runtime}.decorators").batch
+
+
+@batch
+def cpu(INPUT):  # noqa: N803 - the tensor's name
+    burn(INPUT.shape[0])
+    return {"OUTPUT": INPUT}
+
+
+extra = {}
+if args.runtime == "tritonrt":
+    extra["workers"] = triton_module.WorkerOptions(mode=triton_module.WorkerMode(args.workers))
+config = triton_module.TritonConfig(
+    http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port, exit_timeout_secs=2
+)
+triton = triton_module.Triton(config=config)
+triton.bind(
+    model_name="cpu",
+    infer_func=[cpu] * args.instances,
+    inputs=[model_config.Tensor(name="INPUT", dtype=np.float32, shape=(-1,))],
+    outputs=[model_config.Tensor(name="OUTPUT", dtype=np.float32, shape=(-1,))],
+    config=model_config.ModelConfig(max_batch_size=64),
+    **extra,
+)
+signal.signal(signal.SIGTERM, lambda *_: triton.stop())
+start = time.perf_counter()
+triton.run()
+print(f"READY {time.perf_counter() - start:.3f}", flush=True)
+triton.serve()

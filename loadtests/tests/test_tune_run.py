@@ -1,0 +1,140 @@
+"""End-to-end: ``python -m loadtests tune`` against a real service on a real tritonserver.
+
+The service (``loadtests.tests.tune_service``) pays a fixed cost per batch plus a cost per row, and starts
+with max_batch_size 1: batching must win. The tuner runs in a subprocess with a marker in its environment;
+every process it started inherits the marker, so the test can see that none is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadtests.tests.conftest import REPO_ROOT
+
+LOCUSTFILE = """
+from loadtests.http_user import KServeHttpUser
+
+
+class TunedHttp(KServeHttpUser):
+    model_name = "tuned"
+"""
+RUN_TIMEOUT_S = 240
+MARKER = "LOADTESTS_TUNE_TEST_RUN"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tritonserver() -> None:
+    from tritonrt.exceptions import PyTritonRuntimeError
+    from tritonrt.server.install import find_or_install_server
+
+    try:
+        find_or_install_server()
+    except PyTritonRuntimeError as error:
+        pytest.skip(f"no tritonserver available: {error}")
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "locustfile.py").write_text(LOCUSTFILE, encoding="utf-8")
+    (tmp_path / "slo.env").write_text("LOADTEST_P95_MS=1000\nQUEUE_TARGET_MS=20\n", encoding="utf-8")
+    return tmp_path
+
+
+def _command(project: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "loadtests", "tune",
+        "--package", "loadtests.tests.tune_service", "--model", "tuned",
+        "--tuning-file", str(project / "tuning.json"), "--slo-env", str(project / "slo.env"),
+        "--locustfile", str(project / "locustfile.py"), "--reports", str(project / "reports"),
+        "--max-batch-sizes", "8", "--queue-delays-us", "0", "--preferred", "off", "--instances", "1",
+        "--step-s", "2", "--max-users", "16", "--budget-min", "3", *extra,
+    ]  # fmt: skip
+
+
+def _environment(marker: str) -> dict[str, str]:
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("LOADTEST_")}
+    return environ | {MARKER: marker}
+
+
+def _left_behind(marker: str) -> list[str]:
+    """Processes that still carry the run's marker (the tuner's services, tritonservers, load steps)."""
+    left = []
+    for process in psutil.process_iter(["pid", "name"]):
+        try:
+            if process.environ().get(MARKER) == marker:
+                left.append(f"{process.info['pid']} {process.info['name']}")
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return left
+
+
+def _wait_gone(marker: str, timeout_s: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := _left_behind(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def test_tuning_picks_batching_and_applies_it(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    marker = uuid.uuid4().hex
+    result = subprocess.run(
+        _command(project, "--apply"),
+        cwd=REPO_ROOT,
+        env=_environment(marker),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    report = json.loads((project / "reports" / "tune.json").read_text())
+    assert report["baseline"]["max_batch_size"] == 1
+    assert report["winner"]["max_batch_size"] == 8, result.stdout
+    scores = {m["label"]: m["score_rps"] for m in report["measurements"]}
+    assert scores["bs8 q0us 1i thread"] > 2 * scores["bs1 q0us 1i thread"], scores
+    assert json.loads((project / "tuning.json").read_text())["max_batch_size"] == 8
+    assert '+  "max_batch_size": 8,' in result.stdout and "wrote" in result.stdout
+    slo = (project / "slo.env").read_text()
+    assert "LOADTEST_P95_MS=1000\n" in slo and "QUEUE_TARGET_MS=20\n" not in slo
+    assert "QUEUE_TARGET_MS = 0.8 x" in result.stdout
+    assert (project / "reports" / "tune.png").read_bytes().startswith(b"\x89PNG")
+    assert "[2]" in result.stderr and "req/s within the SLO" in result.stderr  # a progress line per candidate
+    assert _wait_gone(marker) == []
+
+
+def test_ctrl_c_keeps_the_best_so_far_and_leaves_nothing_running(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    marker = uuid.uuid4().hex
+    tuner = subprocess.Popen(
+        _command(project),
+        cwd=REPO_ROOT,
+        env=_environment(marker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tuner.stderr is not None
+        for line in tuner.stderr:  # the second candidate starts once the first is measured
+            if line.startswith("[2]"):
+                break
+        tuner.send_signal(signal.SIGINT)
+        stdout, stderr = tuner.communicate(timeout=120)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+    assert tuner.returncode == 0, stdout + stderr
+    report = json.loads((project / "reports" / "tune.json").read_text())
+    assert any("Ctrl+C" in note for note in report["notes"])
+    assert report["winner"] is not None and report["measurements"][0]["score_rps"] > 0
+    assert not (project / "tuning.json").exists()  # no --apply: nothing written
+    assert _wait_gone(marker) == []

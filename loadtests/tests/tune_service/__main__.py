@@ -1,0 +1,55 @@
+"""Serve the ``tuned`` model until SIGTERM or SIGINT (see ``__init__.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+from tritonrt.decorators import batch
+from tritonrt.model_config import DynamicBatcher, ModelConfig, Tensor
+from tritonrt.triton import Triton, TritonConfig
+
+from loadtests.tests.tune_service import BATCH_COST_S, MODEL_NAME, ROW_COST_S
+
+__all__ = ["main"]
+
+PREFIX = "TUNE_SERVICE_"
+
+
+@batch
+def infer(x: np.ndarray) -> dict[str, np.ndarray]:
+    time.sleep(BATCH_COST_S + ROW_COST_S * x.shape[0])
+    return {"y": x}
+
+
+def main() -> None:
+    environ = os.environ
+    path = environ.get(PREFIX + "TUNING_FILE")
+    tuning = json.loads(open(path, encoding="utf-8").read()) if path else {}
+    batcher = DynamicBatcher(
+        max_queue_delay_microseconds=int(tuning.get("max_queue_delay_us", 0)),
+        preferred_batch_size=tuning.get("preferred_batch_sizes") or None,
+    )
+    config = TritonConfig(
+        http_port=int(environ[PREFIX + "HTTP_PORT"]),
+        grpc_port=int(environ[PREFIX + "GRPC_PORT"]),
+        metrics_port=int(environ[PREFIX + "METRICS_PORT"]),
+        exit_timeout_secs=int(environ.get(PREFIX + "EXIT_TIMEOUT_S", "5")),
+    )
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with Triton(config=config) as triton:
+        triton.bind(
+            MODEL_NAME,
+            [infer] * int(tuning.get("instances", 1)),
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(4,))],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(4,))],
+            config=ModelConfig(max_batch_size=int(tuning.get("max_batch_size", 1)), batcher=batcher),
+        )
+        triton.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""One candidate's measurement: load steps at rising user counts until the SLO breaks or throughput stops rising.
+
+Example::
+
+    steps: list[Step] = []
+    climb(run_step, Slo(p95_ms=100), steps, start_users=1, max_users=64)
+    Measurement(candidate, tuple(steps)).score   # the highest throughput of a step that met the SLO
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from loadtests.tune.space import Candidate
+
+__all__ = ["PLATEAU_GAIN", "Measurement", "Slo", "Step", "climb"]
+
+# Doubling the users must raise throughput by this share, else the candidate is saturated and the climb stops.
+PLATEAU_GAIN = 0.03
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slo:
+    """What a load step must meet: ``deploy/k8s/base/slo.env``'s p95 latency and the allowed failure share."""
+
+    p95_ms: float
+    max_failure_ratio: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    """One load step: ``users`` concurrent users for a few seconds, and what it measured.
+
+    ``queue_ms``: mean time a request waited in Triton's queue during the step (from its metrics), None
+    when the metrics could not be read.
+    """
+
+    users: int
+    requests: int
+    rps: float
+    p95_ms: float
+    failure_ratio: float
+    queue_ms: float | None = None
+
+    def meets(self, slo: Slo) -> bool:
+        return self.requests > 0 and self.p95_ms <= slo.p95_ms and self.failure_ratio <= slo.max_failure_ratio
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measurement:
+    """A measured candidate: its steps, and ``error`` when it could not be served (it then scores None).
+
+    ``complete`` is False when the budget or Ctrl+C cut the climb short: the score is a lower bound.
+    """
+
+    candidate: Candidate
+    steps: tuple[Step, ...]
+    slo: Slo
+    error: str | None = None
+    complete: bool = True
+    seconds: float = 0.0
+
+    @property
+    def sustained(self) -> Step | None:
+        """The step with the highest throughput that met the SLO."""
+        passing = [step for step in self.steps if step.meets(self.slo)]
+        return max(passing, key=lambda step: step.rps) if passing else None
+
+    @property
+    def score(self) -> float | None:
+        """Throughput sustained under the SLO (req/s); 0 when no step met it; None when the service failed."""
+        if self.error is not None and not self.steps:
+            return None
+        sustained = self.sustained
+        return sustained.rps if sustained is not None else 0.0
+
+
+def climb(
+    run_step: Callable[[int], Step],
+    slo: Slo,
+    steps: list[Step],
+    *,
+    start_users: int = 1,
+    max_users: int = 64,
+) -> None:
+    """Run steps at ``start_users``, doubling, into ``steps``; stop at the first step that misses the SLO,
+    when doubling the users gains less than ``PLATEAU_GAIN`` throughput, or past ``max_users``.
+
+    ``steps`` is the caller's list, so the steps so far stay when ``run_step`` raises (budget, Ctrl+C).
+    """
+    users = start_users
+    best: Step | None = None
+    while users <= max_users:
+        step = run_step(users)
+        steps.append(step)
+        if not step.meets(slo):
+            return
+        if best is not None and step.rps < best.rps * (1 + PLATEAU_GAIN):
+            return
+        if best is None or step.rps > best.rps:
+            best = step
+        users *= 2

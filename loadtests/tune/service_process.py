@@ -1,0 +1,223 @@
+"""Serve one candidate: ``python -m <package>`` on free ports with the candidate's tuning file, until stopped.
+
+The service reads its tuning from ``<PREFIX>TUNING_FILE`` (see the generated ``tuning.py``) and the
+worker mode from ``<PREFIX>WORKERS``; the process runs in a session of its own, so a Ctrl+C at the
+terminal reaches the tuner alone, which then stops the service itself.
+
+Example::
+
+    with ServiceProcess(service, candidate, workdir) as server:
+        server.wait_ready(timeout_s=120)
+        server.model_config()["max_batch_size"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from loadtests.errors import LoadTestSetupError
+from loadtests.tune.interrupts import deferred_interrupt
+from loadtests.tune.space import Candidate
+
+__all__ = ["QueueCounters", "Service", "ServiceFailed", "ServiceProcess", "free_ports", "parse_queue_counters"]
+
+POLL_S = 0.5
+STOP_TIMEOUT_S = 30.0
+LOG_TAIL_CHARS = 2000
+# The service's own variables the tuner sets for every candidate (the prefix goes in front).
+_OVERRIDDEN = ("INSTANCES", "MAX_QUEUE_DELAY_US", "WORKERS", "TUNING_FILE", "HTTP_PORT", "GRPC_PORT", "METRICS_PORT")
+
+
+class ServiceFailed(Exception):
+    """A candidate could not be served: it exited (``exited``), or was not ready in time, or serves another
+    setting. The message holds the end of its log."""
+
+    def __init__(self, message: str, *, exited: bool = False) -> None:
+        super().__init__(message)
+        self.exited = exited
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Service:
+    """How to start the service: ``python -m <package>``, its variables' prefix, the model the tuner measures."""
+
+    package: str
+    model: str
+    env_prefix: str
+    cwd: Path = Path(".")
+    python: str = sys.executable
+
+    @classmethod
+    def of(cls, package: str, model: str, cwd: Path = Path(".")) -> Service:
+        """The service of ``package``; its variables are ``<LAST PART OF PACKAGE, UPPER>_*``."""
+        return cls(package=package, model=model, env_prefix=package.rsplit(".", 1)[-1].upper() + "_", cwd=cwd)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueCounters:
+    """Triton's cumulative counters for the model: time spent queued (µs) and requests served."""
+
+    queue_us: float
+    successes: float
+
+    def mean_queue_ms(self, since: QueueCounters) -> float | None:
+        """Mean queue time per request (ms) between ``since`` and these counters; None when none was served."""
+        served = self.successes - since.successes
+        return (self.queue_us - since.queue_us) / served / 1000.0 if served > 0 else None
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on this machine now."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def parse_queue_counters(text: str, model: str) -> QueueCounters:
+    """The model's ``nv_inference_queue_duration_us`` and ``nv_inference_request_success`` in Prometheus text."""
+    totals = {"nv_inference_queue_duration_us": 0.0, "nv_inference_request_success": 0.0}
+    label = f'model="{model}"'
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in totals and label in rest:
+            totals[name] += float(rest.rsplit(" ", 1)[-1])
+    return QueueCounters(totals["nv_inference_queue_duration_us"], totals["nv_inference_request_success"])
+
+
+class ServiceProcess:
+    """One running candidate; ``candidate=None`` serves the project's current tuning (the baseline)."""
+
+    def __init__(self, service: Service, candidate: Candidate | None, workdir: Path, workers: str = "thread") -> None:
+        self.service = service
+        self.candidate = candidate
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        name = "baseline" if candidate is None else candidate.label.replace(" ", "_")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / f"{name}.log"
+        self.tuning_path = workdir / f"{name}.tuning.json"
+        self.workers = candidate.workers if candidate is not None else workers
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def environment(self) -> dict[str, str]:
+        """The service's environment: ours, with ports, tuning file and worker mode set for this candidate."""
+        prefix = self.service.env_prefix
+        environ = {key: value for key, value in os.environ.items() if key not in {prefix + n for n in _OVERRIDDEN}}
+        environ.update(
+            {
+                prefix + "HTTP_PORT": str(self.http_port),
+                prefix + "GRPC_PORT": str(self.grpc_port),
+                prefix + "METRICS_PORT": str(self.metrics_port),
+                prefix + "BIND_ADDRESS": "127.0.0.1",
+                prefix + "REQUIRE_TOKEN": "false",
+                prefix + "RESTARTS": "0",
+                prefix + "EXIT_TIMEOUT_S": "5",
+                prefix + "WORKERS": self.workers,
+            }
+        )
+        if self.candidate is not None:
+            self.tuning_path.write_text(json.dumps(self.candidate.tuning(), indent=2) + "\n", encoding="utf-8")
+            environ[prefix + "TUNING_FILE"] = str(self.tuning_path.resolve())
+        return environ
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log, deferred_interrupt():
+            self._process = subprocess.Popen(
+                [self.service.python, "-m", self.service.package],
+                cwd=self.service.cwd,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Return once ``/v2/health/ready`` answers 200; raise ServiceFailed if the service exits or is late."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process is None or self._process.poll() is not None:
+                code = None if self._process is None else self._process.returncode
+                raise ServiceFailed(
+                    f"the service exited with status {code} before it was ready:\n{self.log_tail()}", exited=True
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(POLL_S)
+        raise ServiceFailed(f"the service was not ready within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def model_config(self) -> dict[str, Any]:
+        """The model's configuration as the server holds it (``GET /v2/models/<model>/config``)."""
+        address = f"{self.url}/v2/models/{self.service.model}/config"
+        try:
+            with urllib.request.urlopen(address, timeout=10) as response:
+                config: dict[str, Any] = json.load(response)
+        except urllib.error.HTTPError as error:
+            raise LoadTestSetupError(
+                f"the service does not serve model '{self.service.model}' ({address}: HTTP {error.code}); "
+                "pass the model's name with --model"
+            ) from None
+        return config
+
+    def queue_counters(self) -> QueueCounters | None:
+        """The model's queue counters from the metrics endpoint; None when it cannot be read."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+                return parse_queue_counters(response.read().decode("utf-8", "replace"), self.service.model)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL_CHARS:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL to the service's whole process group if it outlives ``STOP_TIMEOUT_S``."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> ServiceProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()

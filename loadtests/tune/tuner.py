@@ -1,0 +1,256 @@
+"""The tuning run: measure the project's current settings, search from there within the budget, report.
+
+Example::
+
+    outcome = run_tuning(options)   # prints progress, the table, the diff and the reasoning
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtests.errors import LoadTestSetupError
+from loadtests.tune.load_step import StepOptions, run_load_step
+from loadtests.tune.measure import Measurement, Slo, Step, climb
+from loadtests.tune.objectives import derive_queue_target
+from loadtests.tune.project_files import diff, read_tuning, render_tuning, with_env_value
+from loadtests.tune.report import TuneOutcome
+from loadtests.tune.search import better, coordinate_search
+from loadtests.tune.service_process import Service, ServiceFailed, ServiceProcess
+from loadtests.tune.space import Candidate, Space, ladder
+
+__all__ = [
+    "BudgetSpent",
+    "TuneOptions",
+    "TuneResult",
+    "candidate_from_config",
+    "choose_winner",
+    "run_tuning",
+    "tuned_text",
+]
+
+READY_TIMEOUT_S = 180.0
+
+
+class BudgetSpent(Exception):
+    """The run's time budget is spent: the search stops and keeps what it measured."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TuneOptions:
+    """One tuning run: the service, what to vary, the SLO, the load steps, the budget, the files."""
+
+    service: Service
+    space: Space
+    slo: Slo
+    step: StepOptions
+    budget_s: float
+    tuning_file: Path
+    slo_env: Path
+    reports: Path = Path("reports")
+    start_users: int = 1
+    max_users: int = 64
+    ready_timeout_s: float = READY_TIMEOUT_S
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TuneResult:
+    """The outcome to report, and the new texts of the files ``APPLY=1`` writes (None: unchanged)."""
+
+    outcome: TuneOutcome
+    tuning_text: str | None
+    slo_env_text: str | None
+
+
+def candidate_from_config(config: dict[str, Any], workers: str) -> Candidate:
+    """The candidate a served model configuration is (``GET /v2/models/<model>/config``)."""
+    batcher = config.get("dynamic_batching") or {}
+    max_batch_size = int(config.get("max_batch_size", 0))
+    preferred = [int(size) for size in batcher.get("preferred_batch_size", [])]
+    groups = config.get("instance_group") or [{"count": 1}]
+    return Candidate(
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=int(batcher.get("max_queue_delay_microseconds", 0)),
+        preferred=bool(ladder(max_batch_size)) and preferred == ladder(max_batch_size),
+        instances=sum(int(group.get("count", 1)) for group in groups),
+        workers=workers,
+    )
+
+
+def choose_winner(measurements: list[Measurement], baseline: Candidate) -> Candidate:
+    """The highest-scoring candidate if it beats the baseline by the search's margin, else the baseline."""
+    scores = {m.candidate: m.score for m in measurements}
+    best = max(scores, key=lambda c: -1.0 if scores[c] is None else float(scores[c] or 0.0))
+    return best if better(scores[best], scores.get(baseline)) else baseline
+
+
+class _Run:
+    """The state of one tuning run: its deadline and the measurements so far."""
+
+    def __init__(self, options: TuneOptions) -> None:
+        self.options = options
+        self.started = time.monotonic()
+        self.deadline = self.started + options.budget_s
+        self.measurements: list[Measurement] = []
+        self.workdir = options.reports / "tune"  # services' logs and load steps' reports, this run's only
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def estimate_s(self) -> float:
+        """How long a candidate takes: the mean so far."""
+        done = [m.seconds for m in self.measurements if m.complete]
+        return sum(done) / len(done) if done else 0.0
+
+    def measure(self, candidate: Candidate | None, workers: str) -> Measurement:
+        """Serve ``candidate`` (None: the current settings), climb the load, stop; record and return it."""
+        index = len(self.measurements) + 1
+        if candidate is not None and self.left_s() < 0.5 * self.estimate_s():
+            raise BudgetSpent(f"{self.left_s():.0f} s left, a candidate takes about {self.estimate_s():.0f} s")
+        began = time.monotonic()
+        steps: list[Step] = []
+        measured = candidate
+        error: str | None = None
+        complete = False
+        name = "current settings" if candidate is None else candidate.label
+        _say(f"[{index}] {name}: starting the service ({self.left_s():.0f} s of the budget left)")
+        try:
+            for attempt in (1, 2):
+                with ServiceProcess(self.options.service, candidate, self.workdir / "services", workers) as server:
+                    try:
+                        server.wait_ready(min(self.options.ready_timeout_s, max(self.left_s(), 0.0) + 30.0))
+                    except ServiceFailed as failure:
+                        if attempt == 1 and failure.exited:  # e.g. a port taken since it was picked
+                            _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
+                            continue
+                        raise
+                    measured = self._check_served(server, candidate)
+                    climb(
+                        lambda users: self._step(server, index, users),
+                        self.options.slo,
+                        steps,
+                        start_users=self.options.start_users,
+                        max_users=self.options.max_users,
+                    )
+                    complete = True
+                    break
+        except (ServiceFailed, LoadTestSetupError) as failure:
+            if candidate is None and not steps:  # the current settings: nothing to tune from
+                raise LoadTestSetupError(
+                    f"the service with its current settings could not be served and loaded: {failure}"
+                ) from None
+            error = str(failure)
+            complete = True
+            _say(f"[{index}] {name}: FAILED: {error}")
+        finally:
+            if measured is not None:
+                self.measurements.append(
+                    Measurement(measured, tuple(steps), self.options.slo, error, complete, time.monotonic() - began)
+                )
+        result = self.measurements[-1]
+        sustained = result.sustained
+        summary = (
+            f"{sustained.rps:.1f} req/s within the SLO at {sustained.users} users (p95 {sustained.p95_ms:g} ms)"
+            if sustained is not None
+            else "no load step met the SLO"
+        )
+        if error is None:
+            _say(f"[{index}] {result.candidate.label}: {summary}, {result.seconds:.0f} s")
+        return result
+
+    def _check_served(self, server: ServiceProcess, candidate: Candidate | None) -> Candidate:
+        """The setting the server serves; ServiceFailed when it is not ``candidate``."""
+        served = candidate_from_config(server.model_config(), server.workers)
+        if candidate is not None and served != candidate:
+            raise ServiceFailed(
+                f"the service serves {served.label}, not {candidate.label}: it does not read "
+                f"{self.options.service.env_prefix}TUNING_FILE (see the generated tuning.py)"
+            )
+        return served
+
+    def _step(self, server: ServiceProcess, index: int, users: int) -> Step:
+        if self.left_s() <= 0:
+            raise BudgetSpent("the budget ran out during a candidate")
+        before = server.queue_counters()
+        reports = self.workdir / "steps" / f"{index}-{users}u"
+        figures = run_load_step(self.options.step, server.url, users, reports)
+        after = server.queue_counters()
+        queue_ms = after.mean_queue_ms(before) if after is not None and before is not None else None
+        step = Step(users, figures.requests, figures.rps, figures.p95_ms, figures.failure_ratio, queue_ms)
+        queue = "-" if queue_ms is None else f"{queue_ms:.2f} ms"
+        verdict = "ok" if step.meets(self.options.slo) else "over the SLO"
+        _say(
+            f"[{index}]   {users:3d} users: {step.rps:8.1f} req/s  p95 {step.p95_ms:6g} ms  "
+            f"failures {step.failure_ratio:.1%}  queue {queue}  {verdict}"
+        )
+        return step
+
+
+def run_tuning(options: TuneOptions) -> TuneResult:
+    """Measure, search, and work out the winner, its diff and the derived queue target."""
+    current = read_tuning(options.tuning_file)
+    run = _Run(options)
+    notes: list[str] = []
+    baseline: Candidate | None = None
+    try:
+        baseline = run.measure(None, str(current.get("workers", "thread"))).candidate
+        first = run.measurements[0]
+
+        def score(candidate: Candidate) -> float | None:
+            return first.score if candidate == baseline else run.measure(candidate, candidate.workers).score
+
+        coordinate_search(options.space, baseline, score)
+        notes.append("the search finished: no neighbouring setting gained 5 % or more")
+    except BudgetSpent as spent:
+        notes.append(f"the budget ({options.budget_s / 60:g} min) stopped the search: {spent}")
+        _say(f"budget spent: {spent}; keeping the best so far")
+    except KeyboardInterrupt:
+        notes.append("stopped with Ctrl+C: the best so far is kept")
+        _say("stopped: keeping the best so far")
+    return _result(options, run, baseline, current, notes)
+
+
+def tuned_text(current: dict[str, Any], winner: Candidate, baseline: Candidate) -> str | None:
+    """The tuning file's new text: its other keys kept, the winner's settings over them; None when unchanged."""
+    if winner == baseline:
+        return None
+    return render_tuning(current | winner.tuning())
+
+
+def _result(
+    options: TuneOptions, run: _Run, baseline: Candidate | None, current: dict[str, Any], notes: list[str]
+) -> TuneResult:
+    if baseline is None and run.measurements:  # cut while the current settings were measured
+        baseline = run.measurements[0].candidate
+    if baseline is None:
+        outcome = TuneOutcome(tuple(run.measurements), options.slo, None, None, "", (), tuple(notes))
+        return TuneResult(outcome, None, None)
+    winner = choose_winner(run.measurements, baseline)
+    measurement = next(m for m in run.measurements if m.candidate == winner)
+    tuning_text = tuned_text(current, winner, baseline)
+    derived = derive_queue_target(measurement)
+    slo_text = None
+    if derived.queue_target_ms is not None and options.slo_env.is_file():
+        old = options.slo_env.read_text(encoding="utf-8")
+        new = with_env_value(old, "QUEUE_TARGET_MS", f"{derived.queue_target_ms:g}")
+        slo_text = new if new != old else None
+    changes = ""
+    if tuning_text is not None:
+        changes += diff(options.tuning_file, tuning_text)
+    if slo_text is not None:
+        changes += diff(options.slo_env, slo_text)
+    notes.append(f"elapsed {(time.monotonic() - run.started) / 60:.1f} min for {len(run.measurements)} candidates")
+    outcome = TuneOutcome(
+        tuple(run.measurements), options.slo, baseline, winner, changes, derived.reasoning, tuple(notes)
+    )
+    return TuneResult(outcome, tuning_text, slo_text)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

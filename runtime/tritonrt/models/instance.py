@@ -1,0 +1,268 @@
+"""One model instance's worker, as its owner sees it, whether a thread here or a process of its own.
+
+:class:`InstanceWorker` is what :class:`~tritonrt.models.bound.BoundModel` holds per instance;
+:class:`ThreadInstance` runs the callable in a :class:`~tritonrt.proxy.worker.CallableWorker` thread of this
+process, ``tritonrt.models.worker_process.ProcessInstance`` in a child process.
+
+Both listen through a :class:`TrackedListener`: its connections write the batch being served into a
+:class:`CallSlot` (its sequence number, since when it runs, whether the reply is being written), which the
+execution timeout reads, and which says, after a worker process died, whether the batch it held can still be
+failed with an error of tritonrt's own (:func:`batch_error`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import mmap
+import pathlib
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tritonrt.proxy import wire
+from tritonrt.proxy.connection import InstanceIdentity, WorkerConnection, WorkerListener, WorkerSettings
+from tritonrt.proxy.types import Request
+from tritonrt.proxy.wire import KIND_BATCH_ERROR, Header
+from tritonrt.proxy.worker import CallableWorker
+
+__all__ = [
+    "CallSlot",
+    "CallState",
+    "InstanceWorker",
+    "RunningCall",
+    "ThreadInstance",
+    "TrackedConnection",
+    "TrackedListener",
+    "batch_error",
+]
+
+_SLOT = struct.Struct("<IxxxxQQ")  # state, seq, since (CLOCK_MONOTONIC ns, the same in every process)
+
+
+class CallState(enum.IntEnum):
+    """What an instance's worker is doing with its connection."""
+
+    IDLE = 0  # waiting for a batch
+    CALLING = 1  # a batch was received and is in the callable (or between the steps of a stream)
+    REPLYING = 2  # writing a reply: the stream must not be interrupted by another message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunningCall:
+    """A batch being served: its sequence number, for how long it has run, and the state it is in."""
+
+    state: CallState
+    seq: int
+    elapsed_s: float
+
+
+class CallSlot:
+    """The batch an instance's worker serves, in memory shared with the worker process (forks keep it)."""
+
+    def __init__(self) -> None:
+        self._memory = mmap.mmap(-1, _SLOT.size)  # anonymous and shared: a forked worker writes, the owner reads
+
+    def set(self, state: CallState, seq: int) -> None:
+        _SLOT.pack_into(self._memory, 0, state, seq, time.monotonic_ns())
+
+    def read(self) -> RunningCall:
+        state, seq, since = _SLOT.unpack_from(self._memory, 0)
+        return RunningCall(CallState(state), seq, (time.monotonic_ns() - since) / 1e9)
+
+    def reset(self) -> None:
+        self.set(CallState.IDLE, 0)
+
+
+def batch_error(seq: int, message: str, code: int = wire.ERROR_UNAVAILABLE) -> bytes:
+    """The message that fails every request of batch ``seq`` still unanswered (the worker's BATCH_ERROR)."""
+    return wire.encode_message(Header(KIND_BATCH_ERROR, 0, 0, seq), wire.encode_batch_error(code, message))
+
+
+class TrackedConnection(WorkerConnection):
+    """A worker connection that keeps its :class:`CallSlot` up to date. Once :meth:`expire` answered the batch
+    (the execution timeout), the worker's own late answer is dropped and the connection ends."""
+
+    def __init__(self, connection: WorkerConnection, slot: CallSlot):
+        super().__init__(connection.link, connection.identity, connection.settings)
+        self.slot = slot
+        self._lock = threading.Lock()
+        self._expired = False
+
+    def receive_batch(self) -> tuple[int, list[Request]]:
+        seq, requests = super().receive_batch()
+        self.slot.set(CallState.CALLING, seq)
+        return seq, requests
+
+    def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
+        with self._lock:
+            self._check_open()
+            self.slot.set(CallState.REPLYING, seq)
+            super().reply(seq, responses, final=final)
+            self.slot.set(CallState.IDLE if final else CallState.CALLING, seq)
+
+    def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
+        with self._lock:
+            self._check_open()
+            self.slot.set(CallState.REPLYING, seq)
+            super().fail(seq, message, code)
+            self.slot.set(CallState.IDLE, seq)
+
+    def expire(self, seq: int, message: str) -> bool:
+        """Fail batch ``seq`` with ``message`` unless its answer is under way; end the connection. Whether it did."""
+        with self._lock:
+            running = self.slot.read()
+            if self._expired or running.state is not CallState.CALLING or running.seq != seq:
+                return False
+            self._expired = True
+            try:
+                self.link.sock.sendall(batch_error(seq, message))
+                self.link.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.slot.reset()
+            return True
+
+    def _check_open(self) -> None:
+        if self._expired:
+            raise OSError("the batch was answered by the execution timeout: the connection has ended")
+
+
+class TrackedListener(WorkerListener):
+    """A :class:`WorkerListener` whose connections are :class:`TrackedConnection` s (with ``track`` False, plain
+    ones: worker threads without an execution timeout pay nothing per batch). ``on_accept(connection)`` is
+    called for each; ``current`` is the latest. While ``keep_open`` is True, :meth:`close` only closes this
+    process's descriptor: the socket stays bound and listening for the owner (a worker process that ends must not
+    close it for the next)."""
+
+    def __init__(
+        self,
+        path: pathlib.Path,
+        identity: InstanceIdentity,
+        settings: WorkerSettings,
+        slot: CallSlot,
+        *,
+        track: bool = True,
+    ):
+        super().__init__(path, identity, settings)
+        self.slot = slot
+        self.track = track
+        self.keep_open = False
+        self.on_accept: Callable[[WorkerConnection], None] | None = None
+        self.current: WorkerConnection | None = None
+
+    def accept(self) -> WorkerConnection:
+        connection = super().accept()
+        if self.track:
+            connection = TrackedConnection(connection, self.slot)
+        self.slot.reset()
+        self.current = connection
+        if self.on_accept is not None:
+            self.on_accept(connection)
+        return connection
+
+    def close(self) -> None:
+        if self.keep_open:
+            self.socket.close()
+        else:
+            super().close()
+
+
+class InstanceWorker(abc.ABC):
+    """The worker of one model instance, started, watched and stopped by its :class:`BoundModel`."""
+
+    def __init__(self, listener: TrackedListener, instance_index: int):
+        self.listener = listener
+        self.instance_index = instance_index
+
+    @property
+    def slot(self) -> CallSlot:
+        return self.listener.slot
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start serving (returns once the worker is ready; raises when its setup failed)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Ask the worker to finish: a running call completes first."""
+
+    @abc.abstractmethod
+    def join(self, timeout: float) -> None:
+        """Wait until the worker ended (a process that does not end in time is killed)."""
+
+    @property
+    @abc.abstractmethod
+    def connected(self) -> bool:
+        """True while the model's instance is connected to the worker."""
+
+    @abc.abstractmethod
+    def is_alive(self) -> bool:
+        """True while the worker serves, or is being started again after it died."""
+
+    @abc.abstractmethod
+    def move_to_new_instance(self) -> None:
+        """After the model was reloaded: leave the old instance for the new one."""
+
+    @abc.abstractmethod
+    def expire(self, running: RunningCall, timeout_s: float) -> None:
+        """The batch ``running`` ran past ``timeout_s``: fail it and deal with the stuck worker."""
+
+
+class ThreadInstance(InstanceWorker):
+    """An instance served by a worker thread of this process. A thread cannot be killed: past the execution
+    timeout its batch fails, and ``on_stuck(message)`` is told (the owner stops the service)."""
+
+    def __init__(
+        self,
+        listener: TrackedListener,
+        instance_index: int,
+        make_worker: Callable[[TrackedListener], CallableWorker],
+        on_stuck: Callable[[str], None],
+        model_name: str,
+    ):
+        super().__init__(listener, instance_index)
+        self._worker = make_worker(listener)
+        self._on_stuck = on_stuck
+        self._model_name = model_name
+        self._abandoned = False  # its call ran past the execution timeout: stopping does not wait for it
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._worker.stop()
+
+    def join(self, timeout: float) -> None:
+        if not self._abandoned:
+            self._worker.join(timeout)
+
+    @property
+    def connected(self) -> bool:
+        return self._worker.connected
+
+    def is_alive(self) -> bool:
+        return self._worker.is_alive()
+
+    def move_to_new_instance(self) -> None:
+        self._worker.move_to_new_instance()
+
+    def expire(self, running: RunningCall, timeout_s: float) -> None:
+        connection = self.listener.current
+        if not isinstance(connection, TrackedConnection):
+            return  # not tracked: the model has no execution timeout
+        message = (
+            f"tritonrt: model {self._model_name!r} instance {self.instance_index}: the inference callable ran "
+            f"longer than the execution timeout ({timeout_s:g} s) and was abandoned"
+        )
+        if not connection.expire(running.seq, message):
+            return
+        self._abandoned = True
+        self._on_stuck(
+            f"{message}; a worker thread cannot be stopped, so the service stops once the other requests in "
+            "flight are answered (use worker processes, TRITONRT_WORKERS=process, to replace a stuck worker alone)"
+        )
