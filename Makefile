@@ -8,15 +8,29 @@ DEMO_PROJECT := $(DEMO_DIR)/my-service
 # The demo service's HTTP port; gRPC and metrics take the next two (make demo DEMO_PORT=9000).
 DEMO_PORT ?= 8000
 # `make test` runs the runtime's tests on these Pythons too, each in its own venv (.venv-py3.10), built by make.
-# EXTRA_PYTHONS= runs on $(PYTHON) alone.
-EXTRA_PYTHONS ?= 3.10 3.13
+# EXTRA_PYTHONS= runs on $(PYTHON) alone. 3.12 gets numpy 1.26, as NGC's tritonserver images (Python 3.12, numpy 1.x).
+EXTRA_PYTHONS ?= 3.10 3.12 3.13 3.14
+# numpy of each extra Python's venv, when it must differ from the newest (make test NUMPY_3.12=).
+NUMPY_3.12 ?= numpy>=1.26,<2
 # Python X.Y for those venvs: pyenv's build, else pythonX.Y on PATH.
 find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
+# What runs an extra Python's commands: nothing (the host's), or for a 3.14 the host lacks, .ci/forky: Debian forky's
+# python3.14 in a chroot (build/forky, made on first use; needs root).
+in_chroot = $(if $(filter 3.14,$(1)),$(if $(call find_python,$(1)),,$(CURDIR)/.ci/forky))
+# The extra Pythons' installs take the backend library .venv's install built (no build in a chroot, whose library
+# would not load on the host); their runs find it up to date, and leave out what does not depend on their Python,
+# which the first run checks: the Rust suite (cargo test, ASan, clippy) and the compatibility programs run on
+# PyTriton 0.7 (in its own venv).
+NATIVE_LIBRARY := $(CURDIR)/runtime/native/target/release/libtriton_tritonrt.so
+EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py -k "not pytriton-0.7"
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
 CHECKOV_VENV := .venv-checkov
+# PyTriton 0.7 in a venv of its own (its pins differ from ours): the compatibility suite runs its programs on it too,
+# and make bench measures it.
+PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools rust-toolchain test lint demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools rust-toolchain pytriton test test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -53,30 +67,54 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov>=3.2,<4"
 	touch $@
 
-# The runtime and its test tools on Python X.Y (the server comes on first use).
-$(VENV)-py%/.installed: runtime/pyproject.toml
-	@python="$(call find_python,$*)"; test -n "$$python" || { echo "make: no Python $* found (pyenv's \
-		$(HOME)/.pyenv/versions/$*.*, python$* on PATH): install it (pyenv install $*) or leave it out of \
-		EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
+pytriton: $(PYTRITON_VENV)/.installed  ## PyTriton 0.7 in bench/.venv-pytriton: the compatibility suite's reference, make bench's
+
+$(PYTRITON_VENV)/.installed:
+	test -x $(PYTRITON_VENV)/bin/python || $(PYTHON) -m venv $(PYTRITON_VENV)
+	$(PYTRITON_VENV)/bin/python -m pip install --quiet "nvidia-pytriton==0.7.0" "numpy<2"
+	touch $@
+
+# The runtime and its test tools on Python X.Y (the server comes on first use), with the library .venv's install built.
+$(VENV)-py%/.installed: runtime/pyproject.toml $(VENV)/.installed
+	$(if $(call in_chroot,$*),$(call in_chroot,$*) --build)
+	@python="$(or $(call find_python,$*),$(if $(call in_chroot,$*),$(call in_chroot,$*) python$*))"; \
+	test -n "$$python" || { echo "make: no Python $* found (pyenv's $(HOME)/.pyenv/versions/$*.*, python$* on PATH): \
+		install it (pyenv install $*) or leave it out of EXTRA_PYTHONS (make test EXTRA_PYTHONS=)" >&2; exit 1; }; \
 	echo "==> $(VENV)-py$*: the runtime's tests on $$python"; \
-	test -x $(VENV)-py$*/bin/python || $$python -m venv $(VENV)-py$*
-	$(VENV)-py$*/bin/python -m pip install --quiet -e "runtime[test]"
+	test -f $(VENV)-py$*/pyvenv.cfg || $$python -m venv $(VENV)-py$*
+	TRITONRT_NATIVE_LIBRARY=$(NATIVE_LIBRARY) $(call in_chroot,$*) $(VENV)-py$*/bin/python -m pip install --quiet \
+		-e "runtime[test]" $(if $(NUMPY_$*),"$(NUMPY_$*)")
 	touch $@
 
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
-test: install-server deploy-tools rust-toolchain $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
+# The compatibility suite runs each program on PyTriton 0.7 too (TRITONRT_COMPAT_PYTRITON_PYTHON).
+test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
+# The extra Pythons' runs go beside loadtests/tests and tests/ (their output shown when they end, kept in
+# build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both.
+test: install-server deploy-tools rust-toolchain pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
-	@for version in $(EXTRA_PYTHONS); do \
-		echo "==> the runtime's tests on Python $$version"; \
-		(cd runtime && ../$(VENV)-py$$version/bin/python -m pytest) || exit 1; \
-	done
-	$(PY) -m pytest loadtests/tests
-	$(PY) -m pytest tests
+	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside loadtests/tests and tests/"; \
+	$(MAKE) --no-print-directory test-extra-pythons > build/test-extra-pythons.log 2>&1 & extra=$$!; \
+	$(PY) -m pytest loadtests/tests && $(PY) -m pytest tests; status=$$?; \
+	wait $$extra; extra_status=$$?; \
+	echo "==> the runtime's tests on Python $(EXTRA_PYTHONS) (build/test-extra-pythons.log):"; \
+	cat build/test-extra-pythons.log; test $$status = 0 && test $$extra_status = 0
 
-lint: venv  ## ruff check and format check of the repository's Python code; mypy on the runtime
+# One Python after another: they share runtime/'s build folder (the packaging tests build wheels there).
+test-extra-pythons: $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## the runtime's tests on each Python of EXTRA_PYTHONS
+	@$(foreach version,$(EXTRA_PYTHONS),echo "==> the runtime's tests on Python $(version)" && \
+		(cd runtime && $(call in_chroot,$(version)) ../$(VENV)-py$(version)/bin/python -m pytest -p no:cacheprovider \
+			$(EXTRA_PYTEST_ARGS)) &&) true
+
+# Each generated project's own `make lint` runs in tests/test_bake.py (make test), once per supported variant.
+lint: venv  ## ruff check and format check of the repository's Python code; mypy on the runtime, the hooks, .ci
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --config-file runtime/pyproject.toml runtime/tritonrt
+	$(PY) -m mypy --strict --config-file runtime/pyproject.toml --exclude 'hooks/(pre|post)_gen_project\.py' hooks .ci
+
+lock: venv  ## update the generated project's lock ({{cookiecutter.project}}/requirements.txt) with its make lock (PyPI)
+	$(PY) .ci/template_lock.py --python $(abspath $(PY))
 
 demo: install-server  ## bake the defaults into build/demo, serve on a local tritonserver, send a request, stop
 	rm -rf $(DEMO_DIR)
@@ -96,7 +134,7 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
 
-bench: install-server  ## proxy overhead and a CPU-bound model: plain Python backend vs tritonrt (threads, processes) vs PyTriton
+bench: install-server pytriton  ## proxy overhead and a CPU-bound model: plain Python backend vs tritonrt (threads, processes) vs PyTriton
 	bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/cpu_bound.py

@@ -23,8 +23,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+from conftest import skip_or_fail_under_ci
 
 from tools.slo import read_objectives
 
@@ -80,7 +80,8 @@ _SUFFIXES = {
 
 
 def require_tool(name: str) -> str:
-    """The path of ``name`` (checkov: also ``$CHECKOV`` and ``.venv-checkov``); skips the test without it."""
+    """The path of ``name`` (checkov: also ``$CHECKOV`` and ``.venv-checkov``); skips the test without it
+    (fails it under CI)."""
     candidates = [shutil.which(name)]
     if name == "checkov":
         candidates = [
@@ -91,7 +92,7 @@ def require_tool(name: str) -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    pytest.skip(f"{name} not found: {_INSTALL[name]}")
+    skip_or_fail_under_ci(f"{name} not found: {_INSTALL[name]}")
 
 
 def deploy_copy(folder: Path) -> Path:

@@ -35,7 +35,7 @@ from pathlib import Path
 import docker
 import pytest
 import requests
-from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs
+from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs, skip_or_fail_under_ci
 from docker.errors import APIError, DockerException, ImageNotFound
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
@@ -99,7 +99,7 @@ def engine() -> docker.DockerClient:
         client = docker.from_env()
         client.ping()
     except DockerException as error:
-        pytest.skip(f"no Docker engine answers ({error}); start Docker to run the container tests")
+        skip_or_fail_under_ci(f"no Docker engine answers ({error}); start Docker to run the container tests")
     # No reaper (Ryuk): it is an image to pull, impossible offline; the fixtures remove their containers.
     testcontainers_config.ryuk_disabled = True
     return client
@@ -143,7 +143,7 @@ def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -
         return engine.images.get(base)
     except (APIError, ImageNotFound) as error:
         why = getattr(error, "explanation", None) or error
-        pytest.skip(
+        skip_or_fail_under_ci(
             f"the base image {base} is not here and cannot be pulled ({why}). "
             "Offline, build the stand-in base with the template's docker/build_stand_in_base.py "
             "(sudo python docker/build_stand_in_base.py prints its tag) and run again with "

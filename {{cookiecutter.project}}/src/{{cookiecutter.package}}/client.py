@@ -107,7 +107,7 @@ class Client:
         access_token: str | None = None,
     ) -> None:
         self.url = url
-        self._options = {
+        self._options: dict[str, Any] = {
             "init_timeout_s": init_timeout_s,
             "inference_timeout_s": inference_timeout_s,
             "access_token": access_token,
@@ -184,7 +184,7 @@ class AsyncClient:
         access_token: str | None = None,
     ) -> None:
         self.url = url
-        self._options = {
+        self._options: dict[str, Any] = {
             "init_timeout_s": init_timeout_s,
             "inference_timeout_s": inference_timeout_s,
             "access_token": access_token,
@@ -235,7 +235,7 @@ class AsyncClient:
             return _prediction(await client.infer_batch(**chunks[0]))
         slots = asyncio.Semaphore(PARALLEL_BATCHES)
 
-        async def send(chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        async def send(chunk: dict[str, Any]) -> dict[str, np.ndarray]:
             async with slots:
                 return await client.infer_batch(**chunk)
 
@@ -261,19 +261,20 @@ class AsyncClient:
 {%- endif %}
 
 
-def _inputs(arguments: dict[str, Any], *, batched: bool) -> dict[str, np.ndarray]:
+def _inputs(arguments: dict[str, Any], *, batched: bool) -> dict[str, Any]:
     """The model's inputs among a method's ``locals()``, converted and checked (``spec.as_input``)."""
     return {
-        tensor.name: spec.as_input(tensor, arguments[tensor.name], batched=batched) for tensor in spec.INPUTS
+        spec.name_of(tensor): spec.as_input(tensor, arguments[spec.name_of(tensor)], batched=batched)
+        for tensor in spec.INPUTS
     }
 
 
 def _prediction(outputs: dict[str, np.ndarray]) -> Prediction:
-    return Prediction(**{tensor.name: outputs[tensor.name] for tensor in spec.OUTPUTS})
+    return Prediction(**{spec.name_of(tensor): outputs[spec.name_of(tensor)] for tensor in spec.OUTPUTS})
 {%- if batching %}
 
 
-def _chunks(inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+def _chunks(inputs: dict[str, Any]) -> list[dict[str, Any]]:
     """``inputs`` cut along the batch axis into batches of at most ``spec.MAX_BATCH_SIZE`` samples."""
     counts = {name: len(value) for name, value in inputs.items()}
     if len(set(counts.values())) > 1:
@@ -289,7 +290,10 @@ def _chunks(inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
 def _joined(parts: list[dict[str, np.ndarray]]) -> Prediction:
     """The outputs of consecutive batches as one prediction, in the order of the batches."""
     return _prediction(
-        {tensor.name: np.concatenate([part[tensor.name] for part in parts]) for tensor in spec.OUTPUTS}
+        {
+            spec.name_of(tensor): np.concatenate([part[spec.name_of(tensor)] for part in parts])
+            for tensor in spec.OUTPUTS
+        }
     )
 {%- endif %}
 

@@ -73,9 +73,16 @@ def example(tensor: Tensor, batch_size: int | None = None) -> np.ndarray:
     return (np.arange(math.prod(shape)) % 8).reshape(shape).astype(tensor.dtype)
 
 
+def name_of(tensor: Tensor) -> str:
+    """The tensor's name: every tensor here has one (``Tensor.name`` may be None for PyTriton's sake)."""
+    if tensor.name is None:
+        raise ValueError(f"a tensor of the spec has no name: {tensor}; give every tensor a name")
+    return tensor.name
+
+
 def example_inputs(batch_size: int | None = None) -> dict[str, np.ndarray]:
     """Example values for every input, keyed by input name (see ``example``)."""
-    return {tensor.name: example(tensor, batch_size) for tensor in INPUTS}
+    return {name_of(tensor): example(tensor, batch_size) for tensor in INPUTS}
 
 
 def as_input(tensor: Tensor, value: Any, *, batched: bool) -> np.ndarray:
