@@ -104,7 +104,8 @@ def test_failing_callable_raises_inference_server_error(server, protocol):
 
 def test_missing_model_is_waited_for_and_named_when_the_index_is_readable(server, protocol):
     # As PyTriton 0.7, the client waits for a model it cannot find: it may be bound (or uploaded) later.
-    with ModelClient(server.url(protocol), "absent", init_timeout_s=0.5, access_token=server.token) as client:
+    # 2 s, not shorter: the index must be read within the wait on a loaded machine.
+    with ModelClient(server.url(protocol), "absent", init_timeout_s=2, access_token=server.token) as client:
         with pytest.raises(PyTritonClientTimeoutError) as caught:
             client.infer_sample(X)
     assert "Model 'absent'" in caught.value.message and "index does not list it" in caught.value.message
@@ -112,15 +113,15 @@ def test_missing_model_is_waited_for_and_named_when_the_index_is_readable(server
 
 
 def test_missing_model_without_token_times_out_with_a_hint(server, protocol):
-    with ModelClient(server.url(protocol), "absent", init_timeout_s=0.5) as client:
-        with pytest.raises(PyTritonClientTimeoutError, match="not ready within 0.5 s.*pass access_token"):
+    with ModelClient(server.url(protocol), "absent", init_timeout_s=2) as client:
+        with pytest.raises(PyTritonClientTimeoutError, match="not ready within 2 s.*pass access_token"):
             client.infer_sample(X)
 
 
 def test_missing_model_version_is_named_at_the_timeout(server, protocol):
     with ModelClient(server.url(protocol), "identity", model_version=2, access_token=server.token) as client:
         with pytest.raises(PyTritonClientTimeoutError, match="'identity' version 2.*models there: .*identity 1"):
-            client.wait_for_model(timeout_s=0.5)
+            client.wait_for_model(timeout_s=2)
 
 
 def test_sub_second_inference_timeout(server, protocol, sleep_s):

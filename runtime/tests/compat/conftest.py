@@ -37,6 +37,7 @@ from tritonrt.server.install import find_or_install_server
 PROGRAMS = pathlib.Path(__file__).parent / "programs"
 RUNNER = PROGRAMS / "_run.py"
 PYTRITON_PYTHON_VARIABLE = "TRITONRT_COMPAT_PYTRITON_PYTHON"
+_SHM = pathlib.Path("/dev/shm")
 START_TIMEOUT_S = 180.0
 _SOCKET_DIR_MARK = "TRITONRT_SOCKET_DIR="
 _RUN_MARK = "TRITONRT_COMPAT_RUN"  # tags the processes of PyTriton runs, to remove what PyTriton leaves
@@ -162,6 +163,7 @@ def start(runtime: Runtime) -> Iterator[Callable[..., Program]]:
     """``start(program, *args)``: start a program on the runtime; any still running at the test's end is killed
     (with its process group)."""
     started: list[Program] = []
+    segments_before = set(_SHM.glob("psm_*"))
 
     def _start(program: str, *args: object) -> Program:
         started.append(runtime.start(program, *args))
@@ -172,6 +174,7 @@ def start(runtime: Runtime) -> Iterator[Callable[..., Program]]:
         program.kill()
     if runtime.name != "tritonrt":
         _remove_pytriton_leftovers(runtime.env[_RUN_MARK], [program.pid for program in started])
+        _remove_unmapped(set(_SHM.glob("psm_*")) - segments_before)
 
 
 def _remove_pytriton_leftovers(run: str, pids: list[int]) -> None:
@@ -186,7 +189,21 @@ def _remove_pytriton_leftovers(run: str, pids: list[int]) -> None:
         except (OSError, ProcessLookupError):
             continue
     for pid in pids:
-        for segment in pathlib.Path("/dev/shm").glob(f"pytrtion{pid}-*"):
+        for segment in _SHM.glob(f"pytrtion{pid}-*"):
+            segment.unlink(missing_ok=True)
+
+
+def _remove_unmapped(segments: set[pathlib.Path]) -> None:
+    """PyTriton's proxy also leaves ``psm_*`` segments (multiprocessing.shared_memory) of killed programs: remove
+    those this test made that no running process still maps (tritonrt makes none: it uses memfds)."""
+    mapped: set[str] = set()
+    for maps in pathlib.Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.rsplit("/", 1)[-1] for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+        except OSError:
+            continue
+    for segment in segments:
+        if segment.name not in mapped:
             segment.unlink(missing_ok=True)
 
 
