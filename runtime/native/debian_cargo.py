@@ -6,6 +6,9 @@
   machine with apt, it installs the first of Debian's cargo packages whose compiler is new enough (``cargo``
   with ``rustc``: Rust 1.85 on Debian 13; on Debian 12 ``cargo`` is 1.63 and ``cargo-web`` with ``rustc-web``
   is the new one); otherwise it prints exactly what to run. It never fails: without cargo the caller decides.
+  ``TRITONRT_NO_APT=1`` keeps it from running apt-get at all (no update, no install), root or not: it only says
+  what to run (for a machine whose packages someone else manages, and for the tests of the path without cargo);
+  ``chroot`` then installs no debootstrap either.
 - ``chroot``: the proof of ``rust-version``: a Debian root file system (``debootstrap``, ``--suite``, trixie by
   default, whose rustc is the crate's ``rust-version``) with its apt ``cargo``, built once into
   ``~/.cache/tritonrt/toolchains/<suite>-cargo`` and reused (root and debootstrap needed; it says why not
@@ -26,7 +29,17 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["AptChoice", "apt_choice", "build_in_chroot", "chroot_path", "ensure_cargo", "parse_version", "rust_version"]
+__all__ = [
+    "NO_APT",
+    "AptChoice",
+    "apt_allowed",
+    "apt_choice",
+    "build_in_chroot",
+    "chroot_path",
+    "ensure_cargo",
+    "parse_version",
+    "rust_version",
+]
 
 CRATE_DIR = Path(__file__).resolve().parent
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tritonrt" / "toolchains"
@@ -39,6 +52,8 @@ APT_PACKAGES = (("cargo", "rustc"), ("cargo-web", "rustc-web"))
 CHROOT_PACKAGES = ("cargo", "libc6-dev", "gcc")
 # What the build in the chroot copies of the crate.
 CRATE_PARTS = ("Cargo.toml", "Cargo.lock", "src", "tests", "abi")
+# Set to 1: ``ensure`` runs no apt-get (neither update nor install), it says what to run instead.
+NO_APT = "TRITONRT_NO_APT"
 RUSTUP = (
     "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal "
     '&& . "$HOME/.cargo/env"'
@@ -105,6 +120,11 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
+def apt_allowed() -> bool:
+    """Whether this script may run apt-get itself: as root, with apt-get, unless ``TRITONRT_NO_APT=1``."""
+    return is_root() and os.environ.get(NO_APT) != "1" and shutil.which("apt-get") is not None
+
+
 def apt_install_command(package: str) -> list[str]:
     return ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package]
 
@@ -127,14 +147,16 @@ def ensure_cargo(need: Version) -> str:
     )
     if shutil.which("apt-cache") is None:
         return f"{why}. Install Rust with rustup: {RUSTUP}"
-    if is_root() and shutil.which("apt-get"):
+    may_install = apt_allowed()
+    if may_install:
         subprocess.run(["apt-get", "update", "-qq"], check=False)
     choice = apt_choice(need, {compiler: apt_candidate(compiler) for _, compiler in APT_PACKAGES})
     if choice is None:
         return f"{why}, and no Debian package here is new enough. Install Rust with rustup: {RUSTUP}"
-    if not is_root():
-        install = " ".join(apt_install_command(choice.package))
-        return f"{why}. Install Debian's: sudo {install} (Rust {dotted(choice.rustc_version)})"
+    if not may_install:
+        install = ("" if is_root() else "sudo ") + " ".join(apt_install_command(choice.package))
+        opted_out = f" ({NO_APT}=1: not installed here)" if os.environ.get(NO_APT) == "1" else ""
+        return f"{why}. Install Debian's: {install} (Rust {dotted(choice.rustc_version)}){opted_out}"
     print(f"==> {why}: installing Debian's {choice.package} (Rust {dotted(choice.rustc_version)})", file=sys.stderr)
     if not apt_install(choice.package):
         return f"{why}; apt-get could not install {choice.package}. Install Rust with rustup: {RUSTUP}"
@@ -154,7 +176,7 @@ def build_chroot(suite: str, mirror: str) -> str:
     if not is_root():
         return f"{root} is missing and building it needs root (debootstrap): sudo {sys.executable} {__file__} chroot"
     if shutil.which("debootstrap") is None:
-        if shutil.which("apt-get") is None or not apt_install("debootstrap"):
+        if not apt_allowed() or not apt_install("debootstrap"):
             return f"{root} is missing and debootstrap is not installed (apt-get install debootstrap)"
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -3,13 +3,15 @@
 The ASan run needs the nightly toolchain (``cargo +nightly``, its asan runtime): skipped with the reason when it
 is absent. ``cargo clippy`` keeps the crate free of warnings. The crate's ``rust-version`` is proven by Debian's
 packaged rustc of that version building it, in the chroot ``debian_cargo.py chroot`` builds (``make test`` does
-when run as root): skipped with the reason when it is absent outside CI, a failure under ``CI``.
+when run as root): skipped with the reason when it is absent outside CI, a failure under ``CI``. ``debian_cargo.py
+ensure`` is run against an apt faked on PATH: it installs as root, and with ``TRITONRT_NO_APT=1`` runs no apt-get.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -98,3 +100,45 @@ def test_debians_cargo_is_chosen_by_its_rustc():
     assert toolchain.apt_choice((1, 85), {"rustc": (1, 75, 0), "rustc-web": None}) is None, "then: rustup"
     assert toolchain.parse_version("1.85.0+dfsg3-1~deb12u3") == (1, 85, 0)
     assert toolchain.parse_version("rustc 1.85.1 (4eb161250 2025-03-15)") == (1, 85, 1)
+
+
+def fake_apt(directory: pathlib.Path, log: pathlib.Path) -> None:
+    """``apt-cache`` offering Debian 12's compilers (rustc 1.63, rustc-web 1.96) and an ``apt-get`` that only
+    writes its arguments to ``log``, alone on PATH (no cargo)."""
+    directory.mkdir()
+    scripts = {
+        "apt-cache": 'case "$2" in rustc) v=1.63.0+dfsg1-2;; rustc-web) v=1.96.0+dfsg1-1~deb12u2;;\n'
+        '*) v="(none)";; esac; echo "$2:"; echo "  Candidate: $v"\n',
+        "apt-get": f'echo "$@" >> "{log}"\n',
+    }
+    for name, body in scripts.items():
+        (directory / name).write_text("#!/bin/sh\n" + body)
+        (directory / name).chmod(0o755)
+
+
+@pytest.mark.parametrize("root", [True, False], ids=["root", "user"])
+def test_ensure_runs_no_apt_get_with_tritonrt_no_apt(tmp_path, monkeypatch, root: bool):
+    toolchain = debian_cargo()
+    log = tmp_path / "apt-get.log"
+    fake_apt(tmp_path / "bin", log)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(toolchain, "is_root", lambda: root)
+    monkeypatch.setenv(toolchain.NO_APT, "1")
+    message = toolchain.ensure_cargo((1, 85))
+    assert not log.exists(), f"apt-get ran: {log.read_text()}"
+    install = "apt-get install -y -qq --no-install-recommends cargo-web"
+    assert f"Install Debian's: {'' if root else 'sudo '}{install} (Rust 1.96.0)" in message
+    assert message.startswith("cargo is not installed") and "TRITONRT_NO_APT=1" in message
+
+
+def test_ensure_installs_debians_cargo_as_root_without_the_opt_out(tmp_path, monkeypatch):
+    toolchain = debian_cargo()
+    log = tmp_path / "apt-get.log"
+    fake_apt(tmp_path / "bin", log)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(toolchain, "is_root", lambda: True)
+    monkeypatch.delenv(toolchain.NO_APT, raising=False)
+    assert toolchain.ensure_cargo((1, 85)) == "installed Debian's cargo-web (Rust 1.96.0)"
+    assert log.read_text().splitlines() == ["update -qq", "install -y -qq --no-install-recommends cargo-web"]
+    monkeypatch.setenv(toolchain.NO_APT, "0")  # only 1 opts out
+    assert toolchain.apt_allowed()
