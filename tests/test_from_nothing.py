@@ -39,7 +39,7 @@ def find_python(version: str) -> str | None:
 NO_CARGO_TOOLS = ("make", "sh", "bash", "env", "rm", "touch", "ls", "mkdir", "cat", "uname", "apt-cache")
 
 
-def make(project: pathlib.Path, *arguments: str, **env_changes: str) -> subprocess.CompletedProcess:
+def make(project: pathlib.Path, *arguments: str, **env_changes: str) -> subprocess.CompletedProcess[str]:
     """``make arguments`` in ``project``, outside any venv, with ``env_changes`` over this environment."""
     env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
