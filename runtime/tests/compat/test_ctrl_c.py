@@ -36,9 +36,9 @@ def test_ctrl_c_returns_from_serve_and_the_program_exits_0(start, ports, whole_g
     assert all(_port_is_free(port) for port in ports[:2])  # the server went with it
 
 
+# tritonrt's own behaviour (PyTriton 0.7 ignores a second Ctrl+C): run on tritonrt alone.
+@pytest.mark.parametrize("runtime", ["tritonrt"], indirect=True)
 def test_a_second_ctrl_c_during_the_drain_stops_at_once_with_a_non_zero_exit(runtime, start, ports):
-    if runtime.name != "tritonrt":
-        pytest.skip("tritonrt's own behaviour: PyTriton 0.7 ignores a second Ctrl+C")
     program = start("serve_slow_ctrl_c.py", *ports)
     program.wait_for("SERVING")
     client = ModelClient(f"127.0.0.1:{ports[0]}", "slow", init_timeout_s=60, inference_timeout_s=300)
