@@ -7,6 +7,10 @@ initialize NVML``, no pinned memory, no DCGM). There they are expected, so they 
 ours says what they mean: no GPU found, serving on CPU. Where the host has a GPU device they keep their level (a
 driver problem to fix), and a WARNING of ours says so.
 
+A crash prints no severity letter: ``Signal (11) received.``, then its stack (`` 0# 0x... in .../tritonserver``), or
+glibc's ``double free or corruption (out)`` before the abort. Those lines are ERRORs, so that a crash shows in the
+log at the default level along with the supervisor's restart.
+
 Example::
 
     output = ServerOutput(verbose=False)
@@ -19,6 +23,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 
 __all__ = ["GPU_ABSENT_MARKERS", "ServerOutput", "gpu_device_present"]
 
@@ -32,6 +37,9 @@ GPU_ABSENT_MARKERS = (
     "DCGM unable to start",
 )
 _HIDDEN_DEVICES = ("", "-1", "none", "NoDevFiles")
+# What tritonserver (its signal handler) and glibc print when the process crashes, and the stack lines that follow.
+_CRASH = re.compile(r"^(Signal \(\d+\) received\.|double free|free\(\): |malloc\(\): |corrupted |terminate called)")
+_STACK_FRAME = re.compile(r"^\s*\d+# ")
 
 
 def gpu_device_present() -> bool:
@@ -48,9 +56,15 @@ class ServerOutput:
         self._plain = logging.INFO if verbose else logging.DEBUG
         self._gpu_present = gpu_device_present() if gpu_present is None else gpu_present
         self._explained = False
+        self._crashed = False
 
     def level(self, line: str) -> int:
         """The level to log ``line`` at."""
+        if _CRASH.match(line):
+            self._crashed = True
+            return logging.ERROR
+        if self._crashed and _STACK_FRAME.match(line):
+            return logging.ERROR
         level = _LEVELS.get(line[:1], self._plain)
         if level == self._plain or not any(marker in line for marker in GPU_ABSENT_MARKERS):
             return level
