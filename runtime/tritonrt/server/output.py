@@ -58,6 +58,11 @@ class ServerOutput:
         self._explained = False
         self._crashed = False
 
+    @property
+    def crashed(self) -> bool:
+        """Whether tritonserver printed that it crashed (a fatal signal, or glibc's heap corruption abort)."""
+        return self._crashed
+
     def level(self, line: str) -> int:
         """The level to log ``line`` at."""
         if _CRASH.match(line):
