@@ -75,5 +75,8 @@ def test_a_crash_and_its_stack_are_errors(gpu_present):
 
 def test_numbered_lines_before_a_crash_keep_their_level():
     output = ServerOutput(verbose=False, gpu_present=False)
+    assert output.level("Signal (2) received.") == logging.DEBUG  # a stop's SIGINT (15: SIGTERM) is no crash
+    assert output.level("Signal (15) received.") == logging.DEBUG
+    assert not output.crashed
     assert output.level(" 0# not a stack frame: no crash yet") == logging.DEBUG
     assert output.level("double free or corruption (out)") == logging.ERROR

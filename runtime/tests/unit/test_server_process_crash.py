@@ -37,5 +37,5 @@ def test_a_server_hung_after_printing_a_crash_is_killed(monkeypatch, caplog):
 
 def test_a_server_that_prints_no_crash_is_left_alone(monkeypatch):
     monkeypatch.setattr(process_module, "CRASH_EXIT_S", 0.5)
-    exits = "import time; print('Signal handler installed', flush=True); time.sleep(2); raise SystemExit(3)"
+    exits = "import time; print('Signal (2) received.', flush=True); time.sleep(2); raise SystemExit(3)"  # a stop
     assert _exit_code(_server(exits)) == 3

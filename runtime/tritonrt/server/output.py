@@ -7,7 +7,8 @@ initialize NVML``, no pinned memory, no DCGM). There they are expected, so they 
 ours says what they mean: no GPU found, serving on CPU. Where the host has a GPU device they keep their level (a
 driver problem to fix), and a WARNING of ours says so.
 
-A crash prints no severity letter: ``Signal (11) received.``, then its stack (`` 0# 0x... in .../tritonserver``), or
+A crash prints no severity letter: ``Signal (11) received.`` (a fatal signal: a stop's SIGINT prints ``Signal (2)
+received.``, which stays DEBUG), then its stack (`` 0# 0x... in .../tritonserver``), or
 glibc's ``double free or corruption (out)`` before the abort. Those lines are ERRORs, so that a crash shows in the
 log at the default level along with the supervisor's restart.
 
@@ -37,8 +38,11 @@ GPU_ABSENT_MARKERS = (
     "DCGM unable to start",
 )
 _HIDDEN_DEVICES = ("", "-1", "none", "NoDevFiles")
-# What tritonserver (its signal handler) and glibc print when the process crashes, and the stack lines that follow.
-_CRASH = re.compile(r"^(Signal \(\d+\) received\.|double free|free\(\): |malloc\(\): |corrupted |terminate called)")
+# What tritonserver's handler of fatal signals (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV; not the SIGINT or SIGTERM
+# of a stop, which print the same words) and glibc print when the process crashes; then the stack lines.
+_CRASH = re.compile(
+    r"^(Signal \((4|6|7|8|11)\) received\.|double free|free\(\): |malloc\(\): |corrupted |terminate called)"
+)
 _STACK_FRAME = re.compile(r"^\s*\d+# ")
 
 
