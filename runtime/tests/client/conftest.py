@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+import tritonclient.grpc
+from tritonclient.utils import InferenceServerException
 
 from tritonrt.decorators import batch
 from tritonrt.exceptions import PyTritonRuntimeError
@@ -210,6 +212,8 @@ def protocol(request) -> str:
 
 # How long the supervisor may take to notice that tritonserver died.
 CRASH_NOTICE_S = 30.0
+# How long a test waits for the server to end the requests it sent (a cancelled stream included), or to come back.
+SETTLE_S = 120.0
 
 
 @pytest.fixture
@@ -233,3 +237,38 @@ def server_crashed(caplog) -> Callable[[], bool]:
         return False
 
     return crashed
+
+
+def _ended(server: Server, model: str) -> int:
+    """How many requests of ``model`` the server has ended (succeeded or failed), from its statistics."""
+    headers = {"triton-grpc-protocol-triton-access-token": server.token}  # statistics are a restricted protocol
+    with tritonclient.grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}") as client:
+        stats = client.get_inference_statistics(model, headers=headers, as_json=True)["model_stats"][0]
+    stats = stats["inference_stats"]
+    return sum(int(stats.get(outcome, {}).get("count", 0)) for outcome in ("success", "fail"))
+
+
+@contextlib.contextmanager
+def _requests_ended(server: Server, model: str, requests: int) -> Iterator[None]:
+    """Wait after the block until the server ended the ``requests`` it sent to ``model``, a cancelled stream included,
+    or restarted (its statistics start again from zero): a crash that a cancelled stream sets off (see server_crashed)
+    then happens within the test that cancelled, not in the next one."""
+    before = _ended(server, model)
+    yield
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        try:
+            ended = _ended(server, model)
+        except InferenceServerException:  # restarting
+            ended = None
+        if ended is not None and (ended >= before + requests or ended < before):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the server did not end the {requests} requests sent to {model!r} within {SETTLE_S:g} s")
+
+
+@pytest.fixture
+def requests_ended() -> Callable[[Server, str, int], contextlib.AbstractContextManager[None]]:
+    """``with requests_ended(server, model, requests):`` waits after the block until the server ended them (see
+    _requests_ended)."""
+    return _requests_ended
