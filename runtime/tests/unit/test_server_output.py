@@ -54,3 +54,29 @@ def test_other_lines_keep_their_level(caplog, gpu_present, verbose):
     }
     assert {line: output.level(line) for line in ORDINARY} == expected
     assert _ours(caplog) == []
+
+
+# What tritonserver 2.51 printed when a client's cancelled gRPC stream crashed it (test_decoupled_client, under load).
+CRASH_LINES = [
+    "Signal (11) received.",
+    " 0# 0x000055B2ACF4452D in /root/.cache/tritonrt/server/0.7.0/bin/tritonserver",
+    " 1# 0x00007FA6BF45A050 in /lib/x86_64-linux-gnu/libc.so.6",
+    "11# clone in /lib/x86_64-linux-gnu/libc.so.6",
+]
+
+
+@pytest.mark.parametrize("gpu_present", [False, True])
+def test_a_crash_and_its_stack_are_errors(gpu_present):
+    output = ServerOutput(verbose=False, gpu_present=gpu_present)
+    assert [output.level(line) for line in CRASH_LINES] == [logging.ERROR] * len(CRASH_LINES)
+    assert output.level("double free or corruption (out)") == logging.ERROR
+    assert output.level("") == logging.DEBUG
+
+
+def test_numbered_lines_before_a_crash_keep_their_level():
+    output = ServerOutput(verbose=False, gpu_present=False)
+    assert output.level("Signal (2) received.") == logging.DEBUG  # a stop's SIGINT (15: SIGTERM) is no crash
+    assert output.level("Signal (15) received.") == logging.DEBUG
+    assert not output.crashed
+    assert output.level(" 0# not a stack frame: no crash yet") == logging.DEBUG
+    assert output.level("double free or corruption (out)") == logging.ERROR

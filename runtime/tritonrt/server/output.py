@@ -7,6 +7,11 @@ initialize NVML``, no pinned memory, no DCGM). There they are expected, so they 
 ours says what they mean: no GPU found, serving on CPU. Where the host has a GPU device they keep their level (a
 driver problem to fix), and a WARNING of ours says so.
 
+A crash prints no severity letter: ``Signal (11) received.`` (a fatal signal: a stop's SIGINT prints ``Signal (2)
+received.``, which stays DEBUG), then its stack (`` 0# 0x... in .../tritonserver``), or
+glibc's ``double free or corruption (out)`` before the abort. Those lines are ERRORs, so that a crash shows in the
+log at the default level along with the supervisor's restart.
+
 Example::
 
     output = ServerOutput(verbose=False)
@@ -19,6 +24,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 
 __all__ = ["GPU_ABSENT_MARKERS", "ServerOutput", "gpu_device_present"]
 
@@ -32,6 +38,12 @@ GPU_ABSENT_MARKERS = (
     "DCGM unable to start",
 )
 _HIDDEN_DEVICES = ("", "-1", "none", "NoDevFiles")
+# What tritonserver's handler of fatal signals (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV; not the SIGINT or SIGTERM
+# of a stop, which print the same words) and glibc print when the process crashes; then the stack lines.
+_CRASH = re.compile(
+    r"^(Signal \((4|6|7|8|11)\) received\.|double free|free\(\): |malloc\(\): |corrupted |terminate called)"
+)
+_STACK_FRAME = re.compile(r"^\s*\d+# ")
 
 
 def gpu_device_present() -> bool:
@@ -48,9 +60,20 @@ class ServerOutput:
         self._plain = logging.INFO if verbose else logging.DEBUG
         self._gpu_present = gpu_device_present() if gpu_present is None else gpu_present
         self._explained = False
+        self._crashed = False
+
+    @property
+    def crashed(self) -> bool:
+        """Whether tritonserver printed that it crashed (a fatal signal, or glibc's heap corruption abort)."""
+        return self._crashed
 
     def level(self, line: str) -> int:
         """The level to log ``line`` at."""
+        if _CRASH.match(line):
+            self._crashed = True
+            return logging.ERROR
+        if self._crashed and _STACK_FRAME.match(line):
+            return logging.ERROR
         level = _LEVELS.get(line[:1], self._plain)
         if level == self._plain or not any(marker in line for marker in GPU_ABSENT_MARKERS):
             return level

@@ -24,6 +24,8 @@ LOGGER = logging.getLogger("tritonrt.server")
 SERVER_LOGGER = logging.getLogger("tritonrt.server.tritonserver")
 
 _LOG_TAIL = 80
+# How long tritonserver may take to exit once it printed a crash (its handler prints the stack, then exits).
+CRASH_EXIT_S = 10.0
 
 
 def _start_guard(env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -86,6 +88,7 @@ class TritonServerProcess:
         self._started = threading.Event()
         self._exited = threading.Event()
         self._start_error: BaseException | None = None
+        self._crash_timer_armed = False
 
     def register_on_exit(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(returncode)`` when the server exits, for whatever reason (at once if it has)."""
@@ -119,6 +122,11 @@ class TritonServerProcess:
             line = raw.decode("utf-8", "replace").rstrip()
             self._tail.append(line)
             SERVER_LOGGER.log(output.level(line), "%s", line)
+            if output.crashed and not self._crash_timer_armed:
+                self._crash_timer_armed = True
+                timer = threading.Timer(CRASH_EXIT_S, self._kill_if_hung, args=(line,))
+                timer.daemon = True
+                timer.start()
         code = self._process.wait()
         LOGGER.debug("tritonserver exited with %s", code)
         with self._exit_lock:
@@ -133,6 +141,17 @@ class TritonServerProcess:
 
     def is_alive(self) -> bool:
         return self._process is not None and not self._exited.is_set()
+
+    def _kill_if_hung(self, crash: str) -> None:
+        """Kill a server that printed a crash but did not exit: its signal handler can deadlock (a backtrace after
+        heap corruption waits on malloc's lock), and a hung server is never restarted."""
+        if self.is_alive():
+            LOGGER.error(
+                "tritonserver crashed (%r) and did not exit within %.0f s: killing it, so that it can be restarted",
+                crash,
+                CRASH_EXIT_S,
+            )
+            self.kill()
 
     def log_tail(self, lines: int = 25) -> str:
         """The last lines tritonserver printed (for error messages)."""
