@@ -196,6 +196,7 @@ def _remove_pytriton_leftovers(run: str, pids: list[int]) -> None:
 def _remove_unmapped(segments: set[pathlib.Path]) -> None:
     """PyTriton's proxy also leaves ``psm_*`` segments (multiprocessing.shared_memory) of killed programs: remove
     those this test made that no running process still maps (tritonrt makes none: it uses memfds)."""
+    time.sleep(0.5)  # the processes just killed release their mappings as they die
     mapped: set[str] = set()
     for maps in pathlib.Path("/proc").glob("[0-9]*/maps"):
         try:
