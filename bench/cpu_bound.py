@@ -45,7 +45,7 @@ def plain_source(instances: int, workdir: pathlib.Path) -> pathlib.Path:
 def commands(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     found: dict[str, tuple[list[str], dict[str, str]]] = {}
     ports = ["--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}"]
-    serve = [str(HERE / "serve_cpu.py"), *ports]
+    serve = [str(HERE / "serve.py"), "--model", MODEL, *ports]
     for count in INSTANCES:
         command, env = plain_server(plain_source(count, workdir), MODEL)
         env["BENCH_SYS_PATH"] = json.dumps([*json.loads(env["BENCH_SYS_PATH"]), str(HERE)])  # cpu_work for the stub

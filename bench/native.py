@@ -5,7 +5,7 @@ backend (libtriton_tritonrt.so + a worker built from tritonrt.proxy.connection),
 
 Prints req/s, p50 and p99 per case (64 B and 1 MiB, 1 and 16 connections, HTTP via wrk and gRPC) and each
 server's ratio to the plain backend, paired round by round (see bench/run.py). ``--with-proxy`` adds tritonrt
-itself (serve_identity.py: the native backend with tritonrt's worker and decorators) to the same run. Note the
+itself (serve.py: the native backend with tritonrt's worker and decorators) to the same run. Note the
 machine's load: ratios within one run are what count.
 """
 

@@ -230,7 +230,7 @@ def plain_server(source: pathlib.Path = HERE / "plain", model: str = "identity")
 def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     plain, plain_env = plain_server()
     serve = [
-        str(HERE / "serve_identity.py"),
+        str(HERE / "serve.py"),
         "--http-port",
         "{http}",
         "--grpc-port",

@@ -1,10 +1,13 @@
-"""Serve bench/cpu_bound.py's CPU-bound model (about 1 ms of pure Python per row) with tritonrt or PyTriton.
+"""Serve a benchmark model with tritonrt or PyTriton: the FP32 identity model of bench/run.py, or the CPU-bound
+model of bench/cpu_bound.py (about 1 ms of pure Python per row, bench/cpu_work.py). Both take ``INPUT`` and
+return ``OUTPUT`` (FP32, max_batch_size 64, dynamic batching).
 
-    python serve_cpu.py --runtime tritonrt --instances 2 --workers process --http-port 8000 --grpc-port 8001 \
-        --metrics-port 8002
+    python serve.py --runtime tritonrt --http-port 8000 --grpc-port 8001 --metrics-port 8002
+    python serve.py --runtime tritonrt --model cpu --instances 2 --workers process --http-port 8000 ...
 
 ``--instances N`` binds ``[f] * N`` (PyTriton's way to ask for N instances); ``--workers`` (tritonrt only) runs
-them as threads of this process or as worker processes. Prints ``READY <seconds>``; stops on SIGTERM/SIGINT.
+them as threads of this process or as worker processes (``TRITONRT_WORKERS`` when not given). Prints
+``READY <seconds from Triton().run() to ready>`` when serving; stops on SIGTERM/SIGINT.
 """
 
 import argparse
@@ -21,8 +24,9 @@ from cpu_work import burn  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--runtime", choices=["tritonrt", "pytriton"], required=True)
+parser.add_argument("--model", choices=["identity", "cpu"], default="identity")
 parser.add_argument("--instances", type=int, default=1)
-parser.add_argument("--workers", choices=["thread", "process"], default="thread")
+parser.add_argument("--workers", choices=["thread", "process"])
 parser.add_argument("--http-port", type=int, required=True)
 parser.add_argument("--grpc-port", type=int, required=True)
 parser.add_argument("--metrics-port", type=int, required=True)
@@ -34,21 +38,28 @@ batch = importlib.import_module(f"{args.runtime}.decorators").batch
 
 
 @batch
+def identity(INPUT):  # noqa: N803 - the tensor's name
+    return {"OUTPUT": INPUT}
+
+
+@batch
 def cpu(INPUT):  # noqa: N803 - the tensor's name
     burn(INPUT.shape[0])
     return {"OUTPUT": INPUT}
 
 
 extra = {}
-if args.runtime == "tritonrt":
+if args.workers is not None:
+    if args.runtime != "tritonrt":
+        parser.error("--workers is tritonrt's: PyTriton runs every instance as a thread")
     extra["workers"] = triton_module.WorkerOptions(mode=triton_module.WorkerMode(args.workers))
 config = triton_module.TritonConfig(
     http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port, exit_timeout_secs=2
 )
 triton = triton_module.Triton(config=config)
 triton.bind(
-    model_name="cpu",
-    infer_func=[cpu] * args.instances,
+    model_name=args.model,
+    infer_func=[identity if args.model == "identity" else cpu] * args.instances,
     inputs=[model_config.Tensor(name="INPUT", dtype=np.float32, shape=(-1,))],
     outputs=[model_config.Tensor(name="OUTPUT", dtype=np.float32, shape=(-1,))],
     config=model_config.ModelConfig(max_batch_size=64),
