@@ -157,6 +157,7 @@ class ProcessInstance(InstanceWorker):
         self._lock = threading.Condition()
         self._state = ProcessState.NEW
         self._pid = 0
+        self._reaped = False  # whether self._pid was reaped (then it may name another process: never signal it)
         self._control: socket.socket | None = None
         self._connection: socket.socket | None = None  # a copy of the worker's current connection
         self._connected = False
@@ -187,7 +188,7 @@ class ProcessInstance(InstanceWorker):
         finally:
             theirs.close()
         with self._lock:
-            self._pid, self._control = pid, mine
+            self._pid, self._control, self._reaped = pid, mine, False
         name = f"tritonrt-{self._spec.info.model_name}-{self.instance_index}-watch"
         self._watcher = threading.Thread(target=self._watch, args=(pid, mine), name=name, daemon=True)
         ready: Future[str | None] = Future()
@@ -247,11 +248,12 @@ class ProcessInstance(InstanceWorker):
         self._kill()
 
     def _kill(self) -> None:
-        if self._pid:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        with self._lock:  # the watcher reaps under this lock: a pid signalled here is still this worker's
+            if self._pid and not self._reaped:
+                try:
+                    os.kill(self._pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     # -- the watcher thread --------------------------------------------------------------------------------------
 
@@ -268,7 +270,10 @@ class ProcessInstance(InstanceWorker):
                 self._report(json.loads(data), fds)
         finally:
             control.close()
-            _, status = os.waitpid(pid, 0)
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it has exited; its pid stays ours until reaped
+            with self._lock:
+                self._reaped = True
+                _, status = os.waitpid(pid, 0)
             self._exited(WorkerExit(self._spec.info.model_name, self.instance_index, pid,
                                     os.waitstatus_to_exitcode(status), self._timed_out))  # fmt: skip
 

@@ -107,12 +107,10 @@ class TritonServerProcess:
 
     def _watch(self) -> None:
         try:
-            self._process = _start_guard(self._env)
-            assert self._process.stdin is not None  # stdin=PIPE
-            with self._process.stdin as spec:
-                spec.write(self._guard_input)
-        except OSError as error:
+            self._process = self._start_guard_with_spec()
+        except Exception as error:  # whatever it is, start() must hear of it
             self._start_error = error
+            self._exited.set()
             self._started.set()
             return
         self._started.set()
@@ -138,6 +136,23 @@ class TritonServerProcess:
             except Exception:
                 LOGGER.exception("on-exit callback failed")
         self._exited.set()
+
+    def _start_guard_with_spec(self) -> subprocess.Popen[bytes]:
+        """Start the guard and hand it what to run. A guard that ends before it read that (something outside
+        killed it as it started) is started once more, with a warning that says how it ended."""
+        for attempt in (1, 2):
+            process = _start_guard(self._env)
+            assert process.stdin is not None  # stdin=PIPE
+            try:
+                with process.stdin as spec:
+                    spec.write(self._guard_input)
+                return process
+            except BrokenPipeError:
+                ended = _ended_guard(process)
+                if attempt == 2:
+                    raise OSError(f"the guard process (python -m tritonrt.server.guard) {ended}") from None
+                LOGGER.warning("the guard process %s: starting it once more", ended)
+        raise AssertionError("unreachable")
 
     def is_alive(self) -> bool:
         return self._process is not None and not self._exited.is_set()
@@ -198,13 +213,27 @@ class TritonServerProcess:
 
     def kill(self) -> None:
         """SIGKILL the server's process group (the guard and tritonserver); wait briefly for it to exit."""
-        if self._process is None:
-            return
+        if self._process is None or self._process.returncode is not None:
+            return  # reaped already: its process group's id may belong to another process by now
         try:
             os.killpg(self._process.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
         self._exited.wait(10)
+
+
+def _ended_guard(process: subprocess.Popen[bytes]) -> str:
+    """How a guard that stopped reading its input ended: its exit status and what it printed."""
+    process.stdin = None  # closed already (its close failed on the broken pipe): communicate must not flush it
+    try:
+        output, _ = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    code = process.returncode
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    printed = output.decode("utf-8", "replace").strip()[-2000:] if output else ""
+    return f"{how} before it read what to run" + (f"; it printed:\n{printed}" if printed else "")
 
 
 def _port_hint(log: str) -> str:
