@@ -24,12 +24,14 @@ import json
 import logging
 import os
 import queue
+import re
 import signal
 import socket
 import stat
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, NoReturn
@@ -127,6 +129,7 @@ class _Forker:
         """Fork; the child runs ``child()`` and never returns here. The child's pid."""
         with cls._lock:
             if cls._queue is None:
+                _allow_our_fork()
                 cls._queue = queue.SimpleQueue()
                 threading.Thread(target=cls._serve, args=(cls._queue,), name="tritonrt-forker", daemon=True).start()
         done: Future[int] = Future()
@@ -145,6 +148,21 @@ class _Forker:
             if pid == 0:
                 os._exit(child())
             done.set_result(pid)
+
+
+def _allow_our_fork() -> None:
+    """Silence Python 3.12+'s warning that this process forks with threads running, for this module's fork only.
+
+    Forking with threads is this design (the forker is a thread itself): the child runs tritonrt's worker and the
+    callable, never the other threads' code. What it inherits from them is what Python re-initialises at fork
+    (its import lock, logging's locks) and memory. A library that holds a lock of its own in a thread at that
+    moment is the known risk: such libraries (CUDA, thread pools started at import) belong in ``setup``, which
+    runs in the worker after the fork; a fork after CUDA was initialised is refused outright.
+    """
+    warnings.filterwarnings(
+        "ignore", message=r"This process .* is multi-threaded, use of fork\(\)", category=DeprecationWarning,
+        module=re.escape(__name__),
+    )  # fmt: skip
 
 
 class ProcessInstance(InstanceWorker):
@@ -305,6 +323,10 @@ class ProcessInstance(InstanceWorker):
         connection, self._connection = self._connection, None
         running = self.slot.read()
         if connection is not None:
+            try:  # from here a batch the backend sends fails to go (EPIPE) and goes again to the next worker
+                connection.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
             after = "the service is stopping" if self._state is ProcessState.STOPPING else "it is started again"
             message = f"tritonrt: {exit.describe()} while it ran this request; {after}"
             seq = running.seq if running.state is CallState.CALLING else _unread_batch(connection)
@@ -330,7 +352,7 @@ class ProcessInstance(InstanceWorker):
 
 def _unread_batch(connection: socket.socket) -> int | None:
     """The sequence number of a batch that waits unread on a dead worker's connection (the backend sent it after
-    the worker died, before this process noticed), else None. A reply half written (REPLYING) is never answered
+    the worker died, before this process shut the connection for reading), else None. A reply half written (REPLYING) is never answered
     here: the backend fails that batch itself when the connection closes."""
     try:
         head = connection.recv(HEADER_SIZE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
