@@ -45,7 +45,9 @@ def test_a_guard_killed_as_it_starts_is_started_once_more(monkeypatch, caplog):
     exited.wait(60)
     assert len(starts) == 2 and codes == [0]  # the second guard ran the server to its end
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
-    assert any("was killed by signal 9 before it read what to run" in message and "dying" in message for message in warnings)
+    assert any(
+        "was killed by signal 9 before it read what to run" in message and "dying" in message for message in warnings
+    )
 
 
 def test_a_guard_that_ends_twice_fails_the_start_with_how_it_ended(monkeypatch):

@@ -352,8 +352,8 @@ class ProcessInstance(InstanceWorker):
 
 def _unread_batch(connection: socket.socket) -> int | None:
     """The sequence number of a batch that waits unread on a dead worker's connection (the backend sent it after
-    the worker died, before this process shut the connection for reading), else None. A reply half written (REPLYING) is never answered
-    here: the backend fails that batch itself when the connection closes."""
+    the worker died, before this process shut the connection for reading), else None. A reply half written
+    (REPLYING) is never answered here: the backend fails that batch itself when the connection closes."""
     try:
         head = connection.recv(HEADER_SIZE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except OSError:
