@@ -19,6 +19,8 @@ __all__ = [
     "DEFAULT_METRICS_PORT",
     "DEFAULT_TRITON_STARTUP_TIMEOUT_S",
     "PYTRITON_HOME",
+    "SEQUENCE_END",
+    "SEQUENCE_START",
     "TRITON_CONTEXT_FIELD_NAME",
     "TRITON_LOCAL_IP",
     "TRITON_PYTHON_BACKEND_INTERPRETER_DIRNAME",
@@ -47,3 +49,7 @@ PYTRITON_HOME = pathlib.Path(
 ).resolve()
 """Where tritonrt keeps what it installs (the server under ``server/``): ``$XDG_CACHE_HOME/tritonrt``, by
 default ``~/.cache/tritonrt``. PyTriton's counterpart is ``~/.cache/pytriton`` (``$PYTRITON_HOME``)."""
+
+# Triton's request flags (TRITONSERVER_RequestFlag), as a request carries them to the callable.
+SEQUENCE_START = 1
+SEQUENCE_END = 2

@@ -19,8 +19,8 @@ decorated callable is then an awaitable, a generator or an async generator of co
 The package is split by topic: :mod:`~tritonrt.decorators.batching` (@batch, @sample, @pad_batch),
 :mod:`~tritonrt.decorators.grouping` (@group_by_keys, @group_by_values, ConstantPadder),
 :mod:`~tritonrt.decorators.inputs` (@fill_optionals, @first_value, @triton_context),
-:mod:`~tritonrt.decorators.outputs` (convert_output) and :mod:`~tritonrt.decorators.retry` (@no_retry, tritonrt's
-own); the callable's context lives in :mod:`tritonrt.context`.
+:mod:`~tritonrt.decorators.outputs` (convert_output), :mod:`~tritonrt.decorators.sequences` (@sequence_inputs) and
+:mod:`~tritonrt.decorators.retry` (@no_retry, tritonrt's own); the callable's context lives in :mod:`tritonrt.context`.
 Import everything from here, as from ``pytriton.decorators``.
 """
 
@@ -45,8 +45,10 @@ from tritonrt.decorators.grouping import ConstantPadder, group_by_keys, group_by
 from tritonrt.decorators.inputs import fill_optionals, first_value, triton_context
 from tritonrt.decorators.outputs import convert_output
 from tritonrt.decorators.retry import no_retry
+from tritonrt.decorators.sequences import sequence_inputs
 
 __all__ = [
+    "sequence_inputs",
     "ConstantPadder",
     "InferenceRequest",
     "InferenceRequests",

@@ -22,6 +22,7 @@ from tritonrt.decorators._common import (
 from tritonrt.decorators.outputs import convert_output
 from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.memory import data_address
+from tritonrt.model_config.sequence import preferred_batch_sizes
 
 __all__ = ["batch", "pad_batch", "sample"]
 
@@ -189,7 +190,7 @@ def pad_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
             "@pad_batch needs a model with batching; bind it with ModelConfig(batching=True) or drop @pad_batch."
         )
     size = inputs_batch_size(inputs, "the batch")
-    preferred = (config.batcher.preferred_batch_size or []) if config.batcher is not None else []
+    preferred = preferred_batch_sizes(config.batcher)
     sizes = sorted({*preferred, config.max_batch_size})
     if size > sizes[-1]:
         raise PyTritonValidationError(

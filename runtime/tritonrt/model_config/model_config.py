@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tritonrt.model_config.common import DynamicBatcher, ModelWarmup
+from tritonrt.model_config.sequence import SequenceBatcher
 
 __all__ = ["ModelConfig"]
 
@@ -22,7 +23,7 @@ class ModelConfig:
 
     batching: bool = True
     max_batch_size: int = 4
-    batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
+    batcher: DynamicBatcher | SequenceBatcher = dataclasses.field(default_factory=DynamicBatcher)
     response_cache: bool = False
     decoupled: bool = False
     model_warmup: list[ModelWarmup] | None = None

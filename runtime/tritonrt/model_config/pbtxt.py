@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy
 from tritonrt.model_config.dtypes import to_triton_config_type
+from tritonrt.model_config.sequence import SequenceBatcher, sequence_fields
 from tritonrt.model_config.triton_model_config import TensorSpec, TritonModelConfig
 
 __all__ = ["quote", "render_pbtxt"]
@@ -43,7 +44,10 @@ def render_pbtxt(cfg: TritonModelConfig, *, backend: str | None = None) -> str:
         lines += _block("input", _tensor_fields(spec, is_input=True))
     for spec in cfg.outputs:
         lines += _block("output", _tensor_fields(spec, is_input=False))
-    if cfg.batching and cfg.batcher is not None:
+    if isinstance(cfg.batcher, SequenceBatcher):  # a sequence model may have no batch axis
+        own, strategy, strategy_fields = sequence_fields(cfg.batcher)
+        lines += _block("sequence_batching", [*own, *_block(strategy, strategy_fields)])
+    elif cfg.batching and cfg.batcher is not None:
         lines += _block("dynamic_batching", _batcher_fields(cfg.batcher))
     for kind, count in cfg.instance_group.items():
         fields = [] if count is None else [f"count: {count}"]

@@ -29,6 +29,7 @@ from tritonrt.exceptions import PyTritonBadParameterError, PyTritonValidationErr
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup, QueuePolicy, TimeoutAction
 from tritonrt.model_config.dtypes import normalize_dtype
 from tritonrt.model_config.model_config import ModelConfig
+from tritonrt.model_config.sequence import SequenceBatcher, check_sequence_batcher
 from tritonrt.model_config.tensor import Tensor
 from tritonrt.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
@@ -109,7 +110,8 @@ def build_model_config(
             "(Triton does not cache responses of decoupled models); disable one of them."
         )
 
-    max_batch_size, batcher = 0, None
+    max_batch_size = 0
+    batcher: DynamicBatcher | SequenceBatcher | None = None
     if config.batching:
         max_batch_size = _check_int(
             config.max_batch_size,
@@ -118,10 +120,14 @@ def build_model_config(
             maximum=_INT32_MAX,
             hint=" (set batching=False to serve the model without a batch axis)",
         )
-        if config.batcher is not None:
+        if isinstance(config.batcher, SequenceBatcher):
+            batcher = check_sequence_batcher(config.batcher, max_batch_size, f"{where}: config.batcher")
+        elif config.batcher is not None:
             batcher = _resolve_batcher(config.batcher, max_batch_size, where)
     else:
         _check_int(config.max_batch_size, f"{where}: config.max_batch_size", minimum=0, maximum=_INT32_MAX)
+        if isinstance(config.batcher, SequenceBatcher):  # sequences without a batch axis: one request at a time
+            batcher = check_sequence_batcher(config.batcher, 0, f"{where}: config.batcher")
 
     return TritonModelConfig(
         model_name=model_name,
@@ -210,7 +216,8 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
     field = f"{where}: config.batcher"
     if not isinstance(batcher, DynamicBatcher):
         raise PyTritonValidationError(
-            f"{field} must be a tritonrt.model_config.DynamicBatcher or None, got {type(batcher).__name__}."
+            f"{field} must be a tritonrt.model_config.DynamicBatcher, a SequenceBatcher or None, "
+            f"got {type(batcher).__name__}."
         )
     _check_int(batcher.max_queue_delay_microseconds, f"{field}.max_queue_delay_microseconds", 0, _UINT64_MAX)
     preferred = batcher.preferred_batch_size

@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from tritonrt.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup
+from tritonrt.model_config.sequence import SequenceBatcher
 
 __all__ = ["DeviceKind", "DynamicBatcher", "ModelWarmup", "ResponseCache", "TensorSpec", "TritonModelConfig"]
 
@@ -58,7 +59,7 @@ class TritonModelConfig:
     model_version: int = 1
     max_batch_size: int = 4
     batching: bool = True
-    batcher: DynamicBatcher | None = None
+    batcher: DynamicBatcher | SequenceBatcher | None = None
     instance_group: dict[DeviceKind, int | None] = dataclasses.field(default_factory=dict)
     decoupled: bool = False
     backend_parameters: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
@@ -170,7 +171,9 @@ class WorkerConnection:
         self._used_peer_region = False  # the current batch has tensors in the backend's region
         self._replies = 0  # REPLY messages sent for the current batch
         self._region_reply = 0  # the last of them that used this side's region
-        self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
+        self.cancelled_requests: set[int] = set()  # requests of the current batch whose clients went away
+        self._poll_lock = threading.Lock()  # Request.is_cancelled may be asked from the callable's own threads
+        self._open = False  # a batch was received and its final answer not sent yet
         self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
 
@@ -187,8 +190,8 @@ class WorkerConnection:
             if header.kind == KIND_BATCH:
                 break
             self._control(header, buffer)
-        self._seq, self._replies, self._region_reply = header.seq, 0, 0
-        self.cancelled = set()
+        self._seq, self._replies, self._region_reply, self._open = header.seq, 0, 0, True
+        self.cancelled_requests = set()
         if self._own is not None:
             self._own.top = 0  # the backend copied every output of earlier batches before it sent this one
         try:
@@ -205,10 +208,19 @@ class WorkerConnection:
 
     def _control(self, header: Header, buffer: bytearray) -> None:
         if header.kind == KIND_CANCEL and header.seq == self._seq:
-            self.cancelled.update(decode_body(header, buffer))
+            self.cancelled_requests.update(decode_body(header, buffer))
         elif header.kind == KIND_ACK and header.seq == self._seq and header.count >= self._region_reply:
             if self._own is not None:
                 self._own.top = 0
+
+    def cancelled_in(self, seq: int) -> set[int]:
+        """The requests of batch ``seq`` cancelled so far (what ``Request.is_cancelled`` asks): the messages that
+        arrived are read first, without waiting. Safe from any thread of the callable; a batch answered already
+        reads nothing (the next batch's messages are not its own)."""
+        with self._poll_lock:
+            if not self._open or seq != self._seq:
+                return set()
+            return self.poll()
 
     def poll(self) -> set[int]:
         """Read the CANCEL and ACK messages that have arrived, without waiting; the cancelled requests."""
@@ -217,7 +229,7 @@ class WorkerConnection:
             if header.kind == KIND_BATCH:
                 raise WireError("a new batch arrived before the last was answered", breaks_stream=True)
             self._control(header, buffer)
-        return self.cancelled
+        return self.cancelled_requests
 
     def _requests(self, header: Header, buffer: bytearray, fd: int) -> list[Request]:
         if fd >= 0:
@@ -227,7 +239,8 @@ class WorkerConnection:
             raise WireError(f"the batch refers to region {header.region_id}, which is not mapped")
         self._used_peer_region = bool(header.region_id)
         data_start = header.data_start
-        requests = []
+        requests: list[Request] = []
+        cancellation = _BatchCancellation(self, header.seq)
         for meta in self._decoded(header, buffer):
             inputs: dict[str, np.ndarray] = {}
             for name, dtype, location, offset, byte_length, shape in meta.inputs:
@@ -242,7 +255,15 @@ class WorkerConnection:
                 inputs[name] = array_from(source, offset, dtype, shape, byte_length)
             parameters, requested = meta.parameters, meta.requested_outputs
             requests.append(
-                Request(inputs, dict(parameters) if parameters else {}, None if requested is None else list(requested))
+                Request(
+                    inputs,
+                    dict(parameters) if parameters else {},
+                    None if requested is None else list(requested),
+                    sequence_id=meta.correlation_id,
+                    flags=meta.flags,
+                    cancellation=cancellation,
+                    index=len(requests),
+                )
             )
         return requests
 
@@ -278,8 +299,11 @@ class WorkerConnection:
         region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
         meta = _encode_records(answer.records)
         flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
-        if final and self._retained():
-            flags |= FLAG_RETAINED
+        if final:
+            with self._poll_lock:
+                self._open = False
+            if self._retained():
+                flags |= FLAG_RETAINED
         self._replies += 1
         if region is not None and not final:
             self._region_reply = self._replies
@@ -372,6 +396,8 @@ class WorkerConnection:
 
     def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
         """Fail every request of batch ``seq`` that has no final response yet."""
+        with self._poll_lock:
+            self._open = False
         flags = FLAG_RETAINED if self._retained() else 0
         meta = wire.encode_batch_error(code, message)
         self.link.send([wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
@@ -379,6 +405,18 @@ class WorkerConnection:
     def close(self) -> None:
         self.link.close()
         self._peer = self._own = None
+
+
+class _BatchCancellation:
+    """The requests of one batch ask their connection about that batch only."""
+
+    __slots__ = ("_connection", "_seq")
+
+    def __init__(self, connection: WorkerConnection, seq: int):
+        self._connection, self._seq = connection, seq
+
+    def cancelled(self) -> set[int]:
+        return self._connection.cancelled_in(self._seq)
 
 
 def _as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:

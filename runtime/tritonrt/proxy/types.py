@@ -3,31 +3,66 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Request", "Requests", "Response", "Responses"]
+from tritonrt.constants import SEQUENCE_END, SEQUENCE_START
+
+__all__ = ["Cancellation", "Request", "Requests", "Response", "Responses"]
+
+
+class Cancellation(Protocol):
+    """Where a request learns of its cancellation: the indices, in its batch, of the requests cancelled so far."""
+
+    def cancelled(self) -> set[int]: ...
 
 
 class Request(MutableMapping[str, np.ndarray]):
     """One inference request: a mapping of input name to numpy array.
 
     ``parameters`` holds the request parameters (and forwarded headers) sent by the client;
-    ``requested_output_names`` the outputs the client asked for (None: all).
+    ``requested_output_names`` the outputs the client asked for (None: all); ``sequence_id`` the request's
+    correlation id (an int or a str; None when it has none) and ``flags`` Triton's request flags, read through
+    ``sequence_start`` and ``sequence_end`` (see :class:`tritonrt.model_config.SequenceBatcher`).
+    ``is_cancelled()`` says whether the client cancelled the request (or went away) since it was sent.
     """
 
-    __slots__ = ("data", "parameters", "requested_output_names")
+    __slots__ = ("_cancellation", "_index", "data", "flags", "parameters", "requested_output_names", "sequence_id")
 
     def __init__(
         self,
         data: dict[str, np.ndarray],
         parameters: dict[str, Any] | None = None,
         requested_output_names: list[str] | None = None,
+        *,
+        sequence_id: int | str | None = None,
+        flags: int = 0,
+        cancellation: Cancellation | None = None,
+        index: int = 0,
     ):
         self.data = data
         self.parameters = parameters if parameters is not None else {}
         self.requested_output_names = requested_output_names
+        self.sequence_id = sequence_id
+        self.flags = flags
+        self._cancellation = cancellation
+        self._index = index
+
+    @property
+    def sequence_start(self) -> bool:
+        """True for the first request of a sequence (the client's ``sequence_start``)."""
+        return bool(self.flags & SEQUENCE_START)
+
+    @property
+    def sequence_end(self) -> bool:
+        """True for the last request of a sequence (the client's ``sequence_end``): drop the sequence's state."""
+        return bool(self.flags & SEQUENCE_END)
+
+    def is_cancelled(self) -> bool:
+        """Whether Triton cancelled this request (its client cancelled it or went away): stop working on it; what
+        is returned for it is dropped. Cheap enough to ask between steps of a long computation."""
+        return self._cancellation is not None and self._index in self._cancellation.cancelled()
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.data[name]

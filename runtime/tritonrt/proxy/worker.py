@@ -163,7 +163,7 @@ class CallableWorker(threading.Thread):
             steps = self._iterate(self._resolve(self._callable(requests)))
             try:
                 for responses in steps:
-                    cancelled = connection.poll()
+                    cancelled = connection.cancelled_in(seq)
                     if len(cancelled) >= count:
                         break
                     checked = self._checked(responses, count)
