@@ -74,7 +74,9 @@ def server(start_triton):
     oldest = SequenceBatcher(OldestStrategy(max_candidate_sequences=4), max_sequence_idle_microseconds=IDLE_US)
     server.triton.bind("direct", Accumulator(), [VALUE], [TOTAL], config=ModelConfig(max_batch_size=4, batcher=direct))
     server.triton.bind("oldest", Accumulator(), [VALUE], [TOTAL], config=ModelConfig(max_batch_size=4, batcher=oldest))
-    server.triton.bind("rows", rows_accumulator(), [VALUE], [TOTAL], config=ModelConfig(max_batch_size=4, batcher=direct))
+    server.triton.bind(
+        "rows", rows_accumulator(), [VALUE], [TOTAL], config=ModelConfig(max_batch_size=4, batcher=direct)
+    )
     return server
 
 
