@@ -36,6 +36,8 @@ __all__ = ["QueueCounters", "Service", "ServiceFailed", "ServiceProcess", "free_
 POLL_S = 0.5
 STOP_TIMEOUT_S = 30.0
 LOG_TAIL_CHARS = 2000
+# How long a service that met another server on its port has to exit (it refuses a taken port before it starts).
+PORT_TAKEN_WAIT_S = 10.0
 # The service's own variables the tuner sets for every candidate (the prefix goes in front).
 _OVERRIDDEN = ("INSTANCES", "MAX_QUEUE_DELAY_US", "WORKERS", "TUNING_FILE", "HTTP_PORT", "GRPC_PORT", "METRICS_PORT")
 
@@ -177,11 +179,27 @@ class ServiceProcess:
             with urllib.request.urlopen(address, timeout=10) as response:
                 config: dict[str, Any] = json.load(response)
         except urllib.error.HTTPError as error:
+            if self._exits_within(PORT_TAKEN_WAIT_S):  # another server answered on a port taken since it was picked
+                raise ServiceFailed(
+                    f"another server answered at {address} (HTTP {error.code}) and the service exited:\n"
+                    f"{self.log_tail()}",
+                    exited=True,
+                ) from None
             raise LoadTestSetupError(
                 f"the service does not serve model '{self.service.model}' ({address}: HTTP {error.code}); "
                 "pass the model's name with --model"
             ) from None
         return config
+
+    def _exits_within(self, timeout_s: float) -> bool:
+        """Whether the service has exited, or exits within ``timeout_s``."""
+        if self._process is None:
+            return True
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def queue_counters(self) -> QueueCounters | None:
         """The model's queue counters from the metrics endpoint; None when it cannot be read."""

@@ -125,12 +125,12 @@ class _Run:
                 with ServiceProcess(self.options.service, candidate, self.workdir / "services", workers) as server:
                     try:
                         server.wait_ready(min(self.options.ready_timeout_s, max(self.left_s(), 0.0) + 30.0))
+                        measured = self._check_served(server, candidate)
                     except ServiceFailed as failure:
                         if attempt == 1 and failure.exited:  # e.g. a port taken since it was picked
                             _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
                             continue
                         raise
-                    measured = self._check_served(server, candidate)
                     climb(
                         lambda users: self._step(server, index, users),
                         self.options.slo,

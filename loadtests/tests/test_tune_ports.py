@@ -1,0 +1,57 @@
+"""A candidate whose ports another server took between picking and binding: the tuner hears that server answer,
+sees its own service exit, and says so as an exit (the tuner then tries once more on other ports)."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadtests.errors import LoadTestSetupError
+from loadtests.tune.service_process import Service, ServiceFailed, ServiceProcess
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_server() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _service_process(tmp_path: Path, port: int, script: str) -> ServiceProcess:
+    process = ServiceProcess(Service.of("demo", "tuned"), None, tmp_path)
+    process.http_port = port
+    process._process = subprocess.Popen([sys.executable, "-c", script])
+    return process
+
+
+def test_another_server_on_the_port_and_an_exited_service_is_an_exit(tmp_path: Path, other_server: int) -> None:
+    process = _service_process(tmp_path, other_server, "raise SystemExit(2)")
+    with pytest.raises(ServiceFailed, match="another server answered") as failed:
+        process.model_config()
+    assert failed.value.exited
+
+
+def test_a_running_service_without_the_model_is_a_setup_error(tmp_path: Path, other_server: int) -> None:
+    process = _service_process(tmp_path, other_server, "import time; time.sleep(60)")
+    try:
+        with pytest.raises(LoadTestSetupError, match="pass the model's name with --model"):
+            process.model_config()
+    finally:
+        process.stop()
