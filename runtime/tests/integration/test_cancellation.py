@@ -1,0 +1,114 @@
+"""Request.is_cancelled() reflects Triton's cancellation: a callable that polls it stops when its gRPC client
+cancels the call; a streaming callable stops generating when its client cancels the stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.integration.conftest import grpc_inputs
+from tritonrt.model_config import ModelConfig, Tensor
+
+pytestmark = pytest.mark.integration
+WORKER_MODES = ("thread", "process")
+
+TAG = Tensor(name="tag", dtype=np.int32, shape=(1,))
+OUT = Tensor(name="out", dtype=np.int32, shape=(1,))
+GIVE_UP_S = 30.0
+WAIT_S = 30.0
+
+
+def outcome_path(directory: Path, tag: int) -> Path:
+    return directory / f"{tag}.json"
+
+
+def long_call(directory: Path):
+    """Works in small steps until its request is cancelled (or GIVE_UP_S passes); writes what it saw."""
+
+    def infer(requests):
+        (request,) = requests
+        began, steps = time.monotonic(), 0
+        while not request.is_cancelled() and time.monotonic() - began < GIVE_UP_S:
+            time.sleep(0.01)
+            steps += 1
+        seen = {"cancelled": request.is_cancelled(), "seconds": time.monotonic() - began}
+        outcome_path(directory, int(request["tag"][0])).write_text(json.dumps(seen))
+        return [{"out": request["tag"]}]
+
+    return infer
+
+
+def generator(directory: Path):
+    """Streams up to 10,000 responses, 10 ms apart, until the client cancels; writes how many it made."""
+
+    def infer(requests):
+        (request,) = requests
+        made = 0
+        try:
+            while made < 10_000 and not request.is_cancelled():
+                made += 1
+                yield [{"out": np.array([made], dtype=np.int32)}]
+                time.sleep(0.01)
+        finally:  # runs also when tritonrt closes the generator because its only request was cancelled
+            result = {"made": made, "cancelled": request.is_cancelled()}
+            outcome_path(directory, int(request["tag"][0])).write_text(json.dumps(result))
+
+    return infer
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("outcomes")
+
+
+@pytest.fixture(scope="module")
+def server(start_triton, outcomes):
+    server = start_triton()
+    server.triton.bind("long", long_call(outcomes), [TAG], [OUT], config=ModelConfig(batching=False))
+    stream = ModelConfig(batching=False, decoupled=True)
+    server.triton.bind("generator", generator(outcomes), [TAG], [OUT], config=stream)
+    return server
+
+
+def wait_for(path: Path) -> dict:
+    deadline = time.monotonic() + WAIT_S
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"the callable wrote no outcome within {WAIT_S} s"
+    return json.loads(path.read_text())
+
+
+def test_a_cancelled_grpc_call_is_seen_by_the_callable(server, outcomes):
+    tag = 1
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        inputs = grpc_inputs({"tag": np.array([tag + 100], dtype=np.int32)})
+        call = client.async_infer("long", inputs, callback=lambda result, error: None)
+        time.sleep(0.5)  # the callable runs by now
+        call.cancel()
+        seen = wait_for(outcome_path(outcomes, tag + 100))
+    finally:
+        client.close()
+    assert seen["cancelled"] and seen["seconds"] < GIVE_UP_S / 2, seen
+
+
+def test_a_cancelled_stream_stops_the_generator(server, outcomes):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    received: list[int] = []
+    client.start_stream(callback=lambda result, error: received.append(0 if error else 1))
+    try:
+        client.async_stream_infer("generator", grpc_inputs({"tag": np.array([200], dtype=np.int32)}))
+        deadline = time.monotonic() + WAIT_S
+        while len(received) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client.stop_stream(cancel_requests=True)
+        seen = wait_for(outcome_path(outcomes, 200))
+    finally:
+        client.close()
+    assert len(received) >= 5
+    assert seen["made"] < 1_000, seen  # stopped within a few responses of the cancel, not at 10,000
