@@ -17,7 +17,7 @@ pub use records::{Body, Correlation, Hello, Parameter, Request, Response, Tensor
 use std::fmt;
 
 pub const MAGIC: u32 = 0x5754_5254;
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const DATA_ALIGN: usize = 64;
 
 pub const KIND_HELLO: u16 = 1;
