@@ -171,6 +171,7 @@ class WorkerConnection:
         self._replies = 0  # REPLY messages sent for the current batch
         self._region_reply = 0  # the last of them that used this side's region
         self.cancelled: set[int] = set()  # requests of the current batch whose clients went away
+        self.trace_contexts: list[str] = []  # Triton's trace context of each request of the current batch
         self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
 
@@ -228,7 +229,9 @@ class WorkerConnection:
         self._used_peer_region = bool(header.region_id)
         data_start = header.data_start
         requests = []
-        for meta in self._decoded(header, buffer):
+        decoded = self._decoded(header, buffer)
+        self.trace_contexts = [meta.trace_context for meta in decoded]
+        for meta in decoded:
             inputs: dict[str, np.ndarray] = {}
             for name, dtype, location, offset, byte_length, shape in meta.inputs:
                 source: bytearray | np.ndarray

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,11 @@ class Request(MutableMapping[str, np.ndarray]):
     """One inference request: a mapping of input name to numpy array.
 
     ``parameters`` holds the request parameters (and forwarded headers) sent by the client;
-    ``requested_output_names`` the outputs the client asked for (None: all).
+    ``requested_output_names`` the outputs the client asked for (None: all); ``span`` the request's
+    OpenTelemetry span when Triton traced it and a tracer is set (see :mod:`tritonrt.proxy.telemetry`), else None.
     """
 
-    __slots__ = ("data", "parameters", "requested_output_names")
+    __slots__ = ("data", "parameters", "requested_output_names", "span")
 
     def __init__(
         self,
@@ -28,6 +30,13 @@ class Request(MutableMapping[str, np.ndarray]):
         self.data = data
         self.parameters = parameters if parameters is not None else {}
         self.requested_output_names = requested_output_names
+        self.span: Any = None
+
+    def traced_span(self, span_name: str, **kwargs: Any) -> AbstractContextManager[Any]:
+        """A context manager running its block in a child span of this request's span (untraced without one)."""
+        from tritonrt.proxy.telemetry import traced_span
+
+        return traced_span(self, span_name, **kwargs)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.data[name]

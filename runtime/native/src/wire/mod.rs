@@ -1,4 +1,4 @@
-//! The wire protocol, version 1, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
+//! The wire protocol, version 2, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
 //! tests check these constants and the golden messages against it).
 //!
 //! Decoding never trusts the peer: every count, length, offset, type and name is checked before use, and a
