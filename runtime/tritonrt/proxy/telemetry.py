@@ -124,7 +124,10 @@ def _parent_context(trace_context: str) -> Any:
         return None
     if not isinstance(carrier, dict):
         return None
-    return TraceContextTextMapPropagator().extract({str(key): str(value) for key, value in carrier.items()})
+    from opentelemetry import trace
+
+    context = TraceContextTextMapPropagator().extract({str(key): str(value) for key, value in carrier.items()})
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
 
 
 def start_request_spans(requests: Sequence[Any], trace_contexts: Sequence[str], model_name: str) -> list[Any] | None:
