@@ -132,10 +132,12 @@ class Settings:
 
 
 def _traces_endpoint(environ: Mapping[str, str]) -> str | None:
-    """OpenTelemetry's OTLP/HTTP traces url from its standard variables; None (tracing off) when neither is set."""
-    name, url = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    """The OTLP/HTTP traces url from OpenTelemetry's standard variables; None (tracing off) if unset."""
+    name = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    url = environ.get(name, "").strip()
     if not url:
-        name, url = "OTEL_EXPORTER_OTLP_ENDPOINT", environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        name = "OTEL_EXPORTER_OTLP_ENDPOINT"
+        url = environ.get(name, "").strip()
         url = url and url.rstrip("/") + "/v1/traces"
     if not url:
         return None
