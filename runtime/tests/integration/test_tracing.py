@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -215,3 +217,22 @@ def test_one_trace_runs_from_the_client_through_triton_to_the_callable(server, r
     assert by_id[worker.parent_id] in triton_spans, "the worker's span is a child of one of Triton's"
     (inner,) = [span for span in spans if span.name == CALLABLE_SPAN]
     assert inner.parent_id == worker.span_id, "request.traced_span opens a child of the worker's span"
+
+
+def test_without_a_tracer_set_one_is_built_from_the_trace_config(receiver):
+    """The tracer tritonrt builds (a fresh process: the global provider is set once per process) exports to the
+    trace config's url with its resource attributes, and a worker's end flushes it."""
+    program = (
+        "from tritonrt.proxy import telemetry\n"
+        "from tritonrt.triton import _start_callable_tracing\n"
+        f"_start_callable_tracing(['mode=opentelemetry', 'opentelemetry,url={receiver.url}',\n"
+        "                         'opentelemetry,resource=service.name=built-by-tritonrt'])\n"
+        "with telemetry.get_telemetry_tracer().start_as_current_span('built') as span:\n"
+        "    print(format(span.get_span_context().trace_id, '032x'))\n"
+        "telemetry.flush_spans()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    trace_id = result.stdout.strip()
+    (span,) = receiver.wait_for(trace_id, bool)
+    assert (span.name, span.service) == ("built", "built-by-tritonrt")

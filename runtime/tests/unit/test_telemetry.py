@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,14 @@ def test_clients_send_the_active_spans_traceparent():
         assert headers["traceparent"].startswith(f"00-{context.trace_id:032x}-{context.span_id:016x}-")
         assert headers["x-other"] == "1"
         assert add_trace_headers({"traceparent": "mine"}) == {"traceparent": "mine"}
+
+
+def test_tracing_configured_without_opentelemetry_says_what_to_install(monkeypatch, caplog):
+    from tritonrt import triton
+
+    monkeypatch.setattr(telemetry, "_tracer", None)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)  # not installed
+    triton._start_callable_tracing(["mode=opentelemetry"])
+    assert telemetry.get_telemetry_tracer() is None
+    assert "pip install 'tritonrt[telemetry]'" in caplog.text
+    assert "serve without spans of their own" in caplog.text
