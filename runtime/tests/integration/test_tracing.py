@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 
-from tritonrt.client import ModelClient  # noqa: E402
+from tritonrt.client import DecoupledModelClient, ModelClient  # noqa: E402
 from tritonrt.model_config import ModelConfig, Tensor  # noqa: E402
 from tritonrt.proxy import telemetry  # noqa: E402
 
@@ -138,6 +138,16 @@ def traced_double(requests):
     return responses
 
 
+def traced_countdown(requests):
+    """Decoupled: three responses per request, the work in a traced span."""
+    starts = []
+    for request in requests:
+        with request.traced_span(CALLABLE_SPAN):
+            starts.append(request["x"] * 0 + 3)
+    for step in range(3):
+        yield [{"y": start - step} for start in starts]
+
+
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
     receiver = Receiver()
@@ -175,6 +185,13 @@ def server(start_triton, receiver, worker_tracer):
         [Tensor(name="y", dtype=np.float32, shape=(-1,))],
         config=ModelConfig(max_batch_size=8),
     )
+    server.triton.bind(
+        "traced_countdown",
+        traced_countdown,
+        [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+        [Tensor(name="y", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(max_batch_size=8, decoupled=True),
+    )
     return server
 
 
@@ -186,13 +203,20 @@ def client_tracer():
     provider.shutdown()
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("protocol", ["http", "grpc", "grpc-stream"])
 def test_one_trace_runs_from_the_client_through_triton_to_the_callable(server, receiver, client_tracer, protocol):
-    url = server.http_url if protocol == "http" else f"grpc://{server.grpc_url}"
-    with ModelClient(url, "traced_double") as client:
-        with client_tracer.start_as_current_span(f"client-{protocol}") as client_span:
-            result = client.infer_sample(x=np.arange(3, dtype=np.float32))
-    np.testing.assert_array_equal(result["y"], np.arange(3, dtype=np.float32) * 2)
+    x = np.arange(3, dtype=np.float32)
+    if protocol == "grpc-stream":
+        with DecoupledModelClient(f"grpc://{server.grpc_url}", "traced_countdown") as stream_client:
+            with client_tracer.start_as_current_span(f"client-{protocol}") as client_span:
+                steps = [response["y"] for response in stream_client.infer_sample(x=x)]
+        np.testing.assert_array_equal(np.stack(steps), [[3, 3, 3], [2, 2, 2], [1, 1, 1]])
+    else:
+        url = server.http_url if protocol == "http" else f"grpc://{server.grpc_url}"
+        with ModelClient(url, "traced_double") as client:
+            with client_tracer.start_as_current_span(f"client-{protocol}") as client_span:
+                result = client.infer_sample(x=x)
+        np.testing.assert_array_equal(result["y"], x * 2)
     context = client_span.get_span_context()
     trace_id, client_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
 
@@ -210,7 +234,7 @@ def test_one_trace_runs_from_the_client_through_triton_to_the_callable(server, r
     spans = receiver.wait_for(trace_id, complete)
     by_id = {span.span_id: span for span in spans}
     triton_spans = [span for span in spans if span.service == "triton-under-test"]
-    assert triton_spans, f"Triton exported no span of the client's trace; spans: {spans}"
+    assert triton_spans, f"Triton exported no span of the client's trace {trace_id}; received: {receiver.spans}"
     triton_roots = [span for span in triton_spans if by_id.get(span.parent_id) not in triton_spans]
     assert {span.parent_id for span in triton_roots} == {client_id}, "Triton's trace continues the client's span"
     (worker,) = [span for span in spans if span.name == WORKER_SPAN]

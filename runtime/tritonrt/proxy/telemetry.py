@@ -162,39 +162,49 @@ def end_request_spans(spans: list[Any] | None, error: str | None = None) -> None
 
 
 class BatchSpans:
-    """The spans of one batch's requests while the callable runs; :meth:`fail` marks them failed."""
+    """The spans of one batch's requests while the callable runs; :meth:`fail` marks them failed. A context
+    manager: leaving it ends the spans (a batch of one traced request runs with its span current, so that the
+    callable's own spans become its children)."""
 
-    __slots__ = ("error", "spans")
+    __slots__ = ("_current", "error", "spans")
 
     def __init__(self, spans: list[Any] | None):
         self.spans = spans
         self.error: str | None = None
+        self._current: Any = None
 
     def fail(self, message: str) -> None:
-        self.error = message
+        if self.spans is not None:
+            self.error = message
 
-
-@contextmanager
-def request_spans(requests: Sequence[Any], trace_contexts: Sequence[str], model_name: str) -> Iterator[BatchSpans]:
-    """Open the requests' spans (:func:`start_request_spans`) for the block and end them after it; a batch of one
-    traced request runs with its span current, so that the callable's own spans become its children."""
-    batch = BatchSpans(start_request_spans(requests, trace_contexts, model_name))
-    if not batch.spans:
-        yield batch
-        return
-    try:
-        if len(batch.spans) == 1 and batch.spans[0] is not None:
+    def __enter__(self) -> BatchSpans:
+        spans = self.spans
+        if spans is not None and len(spans) == 1 and spans[0] is not None:
             from opentelemetry import trace
 
-            with trace.use_span(batch.spans[0], end_on_exit=False, record_exception=False):
-                yield batch
-        else:
-            yield batch
-    except BaseException as error:
-        batch.fail(f"{type(error).__name__}: {error}")
-        raise
-    finally:
-        end_request_spans(batch.spans, batch.error)
+            self._current = trace.use_span(spans[0], end_on_exit=False, record_exception=False)
+            self._current.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        if self.spans is None:
+            return
+        if error is not None:
+            self.fail(f"{kind.__name__ if kind else 'Error'}: {error}")
+        try:
+            if self._current is not None:
+                self._current.__exit__(None, None, None)
+        finally:
+            end_request_spans(self.spans, self.error)
+
+
+_UNTRACED = BatchSpans(None)  # shared by every untraced batch: entering and leaving it does nothing
+
+
+def request_spans(requests: Sequence[Any], trace_contexts: Sequence[str], model_name: str) -> BatchSpans:
+    """The requests' spans (:func:`start_request_spans`) as a context manager for the callable's run."""
+    spans = start_request_spans(requests, trace_contexts, model_name)
+    return _UNTRACED if spans is None else BatchSpans(spans)
 
 
 @contextmanager
