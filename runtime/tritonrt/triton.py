@@ -40,6 +40,7 @@ from tritonrt.models.bound import BoundModel
 from tritonrt.models.host import MONITORING_PERIOD_S, HostState, ModelHost
 from tritonrt.models.remote import RemoteModels
 from tritonrt.models.workers import WorkerInfo, WorkerMode, WorkerOptions
+from tritonrt.proxy import telemetry
 from tritonrt.server import environment
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
@@ -84,6 +85,18 @@ LOGGER = logging.getLogger("tritonrt")
 DEFAULT_EXIT_TIMEOUT_S = 30
 
 
+def _start_callable_tracing(trace_config: list[str] | None) -> None:
+    """With Triton's OpenTelemetry mode and no tracer set (tritonrt.proxy.telemetry.set_telemetry_tracer), trace
+    the callables with a tracer exporting where Triton does; without OpenTelemetry installed, say how to get it and
+    serve with Triton's spans only."""
+    if telemetry.opentelemetry_url(trace_config) is None or telemetry.get_telemetry_tracer() is not None:
+        return
+    try:
+        telemetry.set_telemetry_tracer(telemetry.build_tracer(trace_config or []))
+    except ImportError as error:
+        LOGGER.warning("%s The callables serve without spans of their own.", error)
+
+
 def _startup_timeout_s() -> float:
     return float(os.environ.get("TRITONRT_STARTUP_TIMEOUT_S", DEFAULT_TRITON_STARTUP_TIMEOUT_S))
 
@@ -107,6 +120,7 @@ class Triton(ModelHost):
         vertex_ai = config is not None and bool(config.allow_vertex_ai)
         super().__init__(workspace, security_config, choose_policy(triton_lifecycle_policy, vertex_ai), recovery)
         self._config = merge_with_environment(config)
+        _start_callable_tracing(self._config.trace_config)
         self._server: TritonServerProcess | None = None
         self._server_files: tuple[pathlib.Path, dict[str, str]] | None = None  # (server dir, environment)
 

@@ -49,6 +49,31 @@ def test_every_variable_is_read() -> None:
     assert settings == expected
 
 
+def test_tracing_is_off_by_default_and_on_with_opentelemetrys_variables() -> None:
+    from {{ cookiecutter.package }}.service import trace_config
+
+    assert Settings.from_env(env()).traces_endpoint is None
+    assert trace_config(Settings()) is None
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/", "OTEL_SERVICE_NAME": "svc"}
+    settings = Settings.from_env(env(TRACE_RATE="10") | otel)
+    assert settings.traces_endpoint == "http://collector:4318/v1/traces"
+    assert (settings.trace_service_name, settings.trace_rate) == ("svc", 10)
+    assert trace_config(settings) == [
+        "mode=opentelemetry",
+        "opentelemetry,url=http://collector:4318/v1/traces",
+        "opentelemetry,resource=service.name=svc",
+        "rate=10",
+        "level=TIMESTAMPS",
+    ]
+    traces = otel | {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://traces.example/otlp"}
+    assert Settings.from_env(env() | traces).traces_endpoint == "https://traces.example/otlp"
+
+
+def test_a_bad_traces_endpoint_names_the_variable_and_the_rule() -> None:
+    with pytest.raises(SettingsError, match="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='collector:4318'.*http://"):
+        Settings.from_env(env() | {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318"})
+
+
 def test_empty_values_mean_the_default() -> None:
     assert Settings.from_env(env(HTTP_PORT="", LOG_LEVEL="  ", ACCESS_TOKEN="")) == Settings()
 

@@ -49,6 +49,8 @@ pub struct RequestView<'r> {
     /// Empty: every output.
     pub requested_outputs: Vec<&'r str>,
     pub inputs: Vec<Input<'r>>,
+    /// Triton's trace context (empty: not traced).
+    pub trace_context: &'r str,
 }
 
 /// A batch of requests to answer. Every request gets exactly one final answer through `send` or `fail`;

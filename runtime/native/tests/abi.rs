@@ -28,6 +28,7 @@ const OPAQUE: &[(&str, &str)] = &[
     ("Response", "TRITONBACKEND_Response"),
     ("ResponseFactory", "TRITONBACKEND_ResponseFactory"),
     ("Output", "TRITONBACKEND_Output"),
+    ("InferenceTrace", "TRITONSERVER_InferenceTrace"),
 ];
 
 /// sys.rs's structs: their glibc struct and its fields, in the Rust struct's order.

@@ -107,6 +107,7 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
                 .iter()
                 .map(|r| Request {
                     id: text(field(r, "id")),
+                    trace_context: text(field(r, "trace_context")),
                     flags: int(field(r, "flags")) as u32,
                     correlation: match field(r, "correlation") {
                         Json::Null => Correlation::None,

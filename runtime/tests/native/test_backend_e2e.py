@@ -20,6 +20,8 @@ from native_testlib import Stack
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tritonrt.proxy import wire
+
 pytestmark = pytest.mark.integration
 
 NUMPY = {
@@ -255,6 +257,6 @@ def test_the_config_endpoint_shows_nothing_internal(stack):
 
 def test_each_model_loads_its_own_copy_of_the_library(stack):
     log = stack.log()
-    assert log.count("tritonrt-backend 0.1.0 (wire protocol 1) on backend API 1.") == 2
+    assert log.count(f"tritonrt-backend 0.1.0 (wire protocol {wire.VERSION}) on backend API 1.") == 2
     assert (stack.repo / "identity" / "libtriton_tritonrt.so").exists()
     assert (stack.repo / "stream" / "libtriton_tritonrt.so").exists()

@@ -124,12 +124,12 @@ def test_another_protocol_version_is_refused_in_this_one(listener):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(str(listener.path))
         header = bytearray(wire.encode_message(wire.Header(wire.KIND_HELLO), wire.encode_hello(hello())))
-        header[4:6] = struct.pack("<H", 2)
+        header[4:6] = struct.pack("<H", wire.VERSION + 1)
         sock.sendall(header)
         answer = sock.recv(4096)
         refused = wire.decode_header(answer)
         assert refused.kind == wire.KIND_REFUSE
-        assert "version 2" in decode_body(refused, answer)
+        assert f"version {wire.VERSION + 1}" in decode_body(refused, answer)
         sock.close()
         listener.close()
 

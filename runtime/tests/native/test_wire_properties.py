@@ -55,6 +55,7 @@ def requests(tensor_strategy: st.SearchStrategy[TensorMeta] | None = None) -> st
         parameters,
         st.one_of(st.none(), st.lists(names, min_size=1, max_size=3)),
         st.lists(tensors() if tensor_strategy is None else tensor_strategy, max_size=3),
+        st.one_of(st.just(""), st.text(max_size=120)),
     )
 
 

@@ -43,7 +43,7 @@ def logical(vector: dict):
             RequestMeta(
                 r["id"], r["flags"], r["correlation"],
                 {key: _PARAMETER_TYPES[kind_](value) for key, kind_, value in r["parameters"]},
-                r["requested_outputs"] or None, [_tensor(t) for t in r["inputs"]],
+                r["requested_outputs"] or None, [_tensor(t) for t in r["inputs"]], r["trace_context"],
             )
             for r in b["requests"]
         ]  # fmt: skip

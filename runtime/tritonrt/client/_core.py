@@ -26,6 +26,7 @@ from tritonrt.client._arguments import (
     remove_batch_axis,
     require_batching,
 )
+from tritonrt.client._tracing import add_trace_headers
 from tritonrt.client._transport import InferRequest, TritonUrl, grpc_only_error
 from tritonrt.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
 from tritonrt.model_config.triton_model_config import TritonModelConfig
@@ -222,7 +223,7 @@ class TransportClient(ClientBase):
             inputs=named,
             output_names=[spec.name for spec in config.outputs],
             parameters=call.parameters,
-            headers=headers_as_strings(call.headers),
+            headers=add_trace_headers(headers_as_strings(call.headers)),
         )
 
     @staticmethod

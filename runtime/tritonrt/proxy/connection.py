@@ -174,6 +174,7 @@ class WorkerConnection:
         self.cancelled_requests: set[int] = set()  # requests of the current batch whose clients went away
         self._poll_lock = threading.Lock()  # Request.is_cancelled may be asked from the callable's own threads
         self._open = False  # a batch was received and its final answer not sent yet
+        self.trace_contexts: list[str] = []  # Triton's trace context of each request of the current batch
         self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
 
@@ -241,7 +242,9 @@ class WorkerConnection:
         data_start = header.data_start
         requests: list[Request] = []
         cancellation = _BatchCancellation(self, header.seq)
-        for meta in self._decoded(header, buffer):
+        decoded = self._decoded(header, buffer)
+        self.trace_contexts = [meta.trace_context for meta in decoded]
+        for meta in decoded:
             inputs: dict[str, np.ndarray] = {}
             for name, dtype, location, offset, byte_length, shape in meta.inputs:
                 source: bytearray | np.ndarray

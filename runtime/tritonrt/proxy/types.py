@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,10 +26,21 @@ class Request(MutableMapping[str, np.ndarray]):
     ``requested_output_names`` the outputs the client asked for (None: all); ``sequence_id`` the request's
     correlation id (an int or a str; None when it has none) and ``flags`` Triton's request flags, read through
     ``sequence_start`` and ``sequence_end`` (see :class:`tritonrt.model_config.SequenceBatcher`).
-    ``is_cancelled()`` says whether the client cancelled the request (or went away) since it was sent.
+    ``span`` the request's OpenTelemetry span when Triton traced it and a tracer is set (see
+    :mod:`tritonrt.proxy.telemetry`), else None. ``is_cancelled()`` says whether the client
+    cancelled the request (or went away) since it was sent.
     """
 
-    __slots__ = ("_cancellation", "_index", "data", "flags", "parameters", "requested_output_names", "sequence_id")
+    __slots__ = (
+        "_cancellation",
+        "_index",
+        "data",
+        "flags",
+        "parameters",
+        "requested_output_names",
+        "sequence_id",
+        "span",
+    )
 
     def __init__(
         self,
@@ -48,6 +60,7 @@ class Request(MutableMapping[str, np.ndarray]):
         self.flags = flags
         self._cancellation = cancellation
         self._index = index
+        self.span: Any = None
 
     @property
     def sequence_start(self) -> bool:
@@ -63,6 +76,12 @@ class Request(MutableMapping[str, np.ndarray]):
         """Whether Triton cancelled this request (its client cancelled it or went away): stop working on it; what
         is returned for it is dropped. Cheap enough to ask between steps of a long computation."""
         return self._cancellation is not None and self._index in self._cancellation.cancelled()
+
+    def traced_span(self, span_name: str, **kwargs: Any) -> AbstractContextManager[Any]:
+        """A context manager running its block in a child span of this request's span (untraced without one)."""
+        from tritonrt.proxy.telemetry import traced_span
+
+        return traced_span(self, span_name, **kwargs)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.data[name]

@@ -1,4 +1,4 @@
-"""The wire protocol, version 1, between tritonrt's Triton backend and the process that serves the callables.
+"""The wire protocol, version 2, between tritonrt's Triton backend and the process that serves the callables.
 
 Defined in ``runtime/docs/wire-protocol.md``: this module's constants and layouts are checked against that page
 and against the Rust backend (golden messages in ``runtime/native/tests/golden/``). This module holds the
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 MAGIC = 0x57545254
-VERSION = 1
+VERSION = 2
 HEADER_SIZE = 64
 DATA_ALIGN = 64
 KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_BATCH, KIND_REPLY, KIND_BATCH_ERROR, KIND_CANCEL, KIND_ACK = range(1, 9)
@@ -136,6 +136,7 @@ class RequestMeta(NamedTuple):
     parameters: dict[str, str | int | bool | float]
     requested_outputs: list[str] | None  # None: every output
     inputs: list[TensorMeta]
+    trace_context: str = ""  # Triton's (OpenTelemetry: JSON of W3C headers); empty when not traced
 
 
 class ResponseMeta(NamedTuple):
@@ -283,6 +284,7 @@ def encode_batch(requests: Sequence[RequestMeta]) -> bytearray:
             _pack_str(out, name)
         for tensor in request.inputs:
             _pack_tensor(out, tensor)
+        _pack_str(out, request.trace_context)
     return out
 
 

@@ -184,7 +184,12 @@ class _Reader:
         if input_count * TENSOR_FIXED_SIZE > self.end - self.at:
             raise WireError(f"request {index}: {input_count} inputs cannot fit in what is left")
         inputs = [self.tensor(what) for _ in range(input_count)]
-        return _request_meta((request_id, flags, correlation, parameters, requested, inputs))
+        if self.buffer[self.at : self.at + 4] == b"\0\0\0\0":  # not traced: the common case
+            self.at += 4
+            trace_context = ""
+        else:
+            trace_context = self.string(MAX_TEXT_BYTES, f"request {index}: its trace context")
+        return _request_meta((request_id, flags, correlation, parameters, requested, inputs, trace_context))
 
     def parameter(self, parameters: dict[str, str | int | bool | float], what: str) -> None:
         kind = self.unpack(_U8, what)[0]

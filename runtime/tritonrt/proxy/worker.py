@@ -29,6 +29,7 @@ from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
 from tritonrt.proxy.isolation import answer_each
 from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
+from tritonrt.proxy.telemetry import flush_spans, request_spans
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import WireError
 
@@ -121,6 +122,7 @@ class CallableWorker(threading.Thread):
             self._listener.close()
             if self._loop is not None:
                 self._loop.close()
+            flush_spans()
 
     def _serve_next(self, connection: WorkerConnection) -> None:
         """Receive a batch, call the callable, reply: the batch path, or the stream path of a decoupled model.
@@ -133,7 +135,7 @@ class CallableWorker(threading.Thread):
             if failure is None:
                 self._send(connection, seq, [], final=True)
         else:
-            seq, answer = self._answer(*connection.receive_batch())
+            seq, answer = self._answer(connection, *connection.receive_batch())
             if isinstance(answer, _Failure):
                 failure = answer
             else:
@@ -144,20 +146,35 @@ class CallableWorker(threading.Thread):
             if failure.unrecoverable:
                 self._on_unrecoverable(failure.message)
 
-    def _answer(self, seq: int, requests: list[Request]) -> tuple[int, list[Any] | _Failure]:
+    def _answer(
+        self, connection: WorkerConnection, seq: int, requests: list[Request]
+    ) -> tuple[int, list[Any] | _Failure]:
         """The batch path: one outcome per request (a response, or a RequestError sent as it is), or the failure
-        of the whole batch."""
-        try:
-            return seq, answer_each(self._run, requests, retry=self._retry, model=self._config.model_name)
-        except (PeerGone, WireError, OSError):
-            raise
-        except Exception as error:
-            return seq, self._failure(error)
+        of the whole batch. Traced requests run in their spans (see tritonrt.proxy.telemetry)."""
+        name = self._config.model_name
+        with request_spans(requests, connection.trace_contexts, name) as spans:
+            try:
+                return seq, answer_each(self._run, requests, retry=self._retry, model=name)
+            except (PeerGone, WireError, OSError):
+                raise
+            except Exception as error:
+                failure = self._failure(error)
+                spans.fail(failure.message)
+                return seq, failure
 
     def _stream(self, connection: WorkerConnection, seq: int, requests: list[Request]) -> tuple[int, _Failure | None]:
         """The stream path: one reply per step of the (async) generator, the requests cancelled by their clients
         answered with nothing; once every request of the batch was cancelled, the generator is closed (its
         finally blocks run). The failure of the stream, if it failed."""
+        with request_spans(requests, connection.trace_contexts, self._config.model_name) as spans:
+            seq, failure = self._stream_steps(connection, seq, requests)
+            if failure is not None:
+                spans.fail(failure.message)
+        return seq, failure
+
+    def _stream_steps(
+        self, connection: WorkerConnection, seq: int, requests: list[Request]
+    ) -> tuple[int, _Failure | None]:
         count = len(requests)
         try:
             steps = self._iterate(self._resolve(self._callable(requests)))

@@ -92,7 +92,21 @@ def triton_config(settings: Settings) -> TritonConfig:
         metrics_port=settings.metrics_port,
         exit_timeout_secs=settings.exit_timeout_s,
         log_verbose=1 if settings.log_level == "DEBUG" else 0,
+        trace_config=trace_config(settings),
     )
+
+
+def trace_config(settings: Settings) -> list[str] | None:
+    """Triton's OpenTelemetry trace settings when tracing is on (see settings.py), else None."""
+    if settings.traces_endpoint is None:
+        return None
+    return [
+        "mode=opentelemetry",
+        f"opentelemetry,url={settings.traces_endpoint}",
+        f"opentelemetry,resource=service.name={settings.trace_service_name}",
+        f"rate={settings.trace_rate}",
+        "level=TIMESTAMPS",
+    ]
 
 
 def security_config(settings: Settings) -> TritonSecurityConfig:

@@ -30,6 +30,13 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
   instance died is reloaded, before the service exits 1 for Docker or Kubernetes to replace it; 0 exits
   at the first such fault.
 - ``EXIT_TIMEOUT_S`` (30): on SIGTERM/SIGINT, how long in-flight requests get to finish.
+- ``TRACE_RATE`` (1): with tracing on, Triton traces one request in ``TRACE_RATE``.
+
+Tracing (OpenTelemetry, off by default) reads OpenTelemetry's own variables, unprefixed:
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (the OTLP/HTTP url spans go to, e.g. ``http://collector:4318/v1/traces``)
+or ``OTEL_EXPORTER_OTLP_ENDPOINT`` (its base: ``/v1/traces`` is added) turns it on: Triton exports its spans
+there and the model's callable runs in a child span of Triton's (a client's ``traceparent`` joins its trace).
+``OTEL_SERVICE_NAME`` (the package's name) names the service in the spans.
 
 Example::
 
@@ -75,6 +82,9 @@ class Settings:
     restarts: int = 3
     workers: str = "{{ "process" if pytorch else "thread" }}"
     execution_timeout_s: int = 60
+    traces_endpoint: str | None = None  # None: tracing off
+    trace_service_name: str = "{{ cookiecutter.package }}"
+    trace_rate: int = 1
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +111,9 @@ class Settings:
             restarts=reader.integer("RESTARTS", cls.restarts, 0, 100),
             workers=reader.choice("WORKERS", tuned.workers or cls.workers, WORKER_MODES, case=str.lower),
             execution_timeout_s=reader.integer("EXECUTION_TIMEOUT_S", cls.execution_timeout_s, 0, 86400),
+            traces_endpoint=_traces_endpoint(environ),
+            trace_service_name=environ.get("OTEL_SERVICE_NAME", "").strip() or cls.trace_service_name,
+            trace_rate=reader.integer("TRACE_RATE", cls.trace_rate, 1, 1_000_000),
         )
         if settings.require_token and settings.access_token is None:
             raise SettingsError(
@@ -116,6 +129,24 @@ class Settings:
             listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
             raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
         return settings
+
+
+def _traces_endpoint(environ: Mapping[str, str]) -> str | None:
+    """The OTLP/HTTP traces url from OpenTelemetry's standard variables; None (tracing off) if unset."""
+    name = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    url = environ.get(name, "").strip()
+    if not url:
+        name = "OTEL_EXPORTER_OTLP_ENDPOINT"
+        url = environ.get(name, "").strip()
+        url = url and url.rstrip("/") + "/v1/traces"
+    if not url:
+        return None
+    if not re.fullmatch(r"https?://[^\s,]+", url):
+        raise SettingsError(
+            f"{name}={url!r}: must be an http:// or https:// url of an OTLP/HTTP receiver, e.g. "
+            "http://collector:4318/v1/traces (unset: tracing off)."
+        )
+    return url
 
 
 def _first(value: int | None, default: int) -> int:

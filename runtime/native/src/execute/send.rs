@@ -98,6 +98,7 @@ impl Executor {
                 id: view.id,
                 flags: view.flags,
                 correlation: view.correlation,
+                trace_context: view.trace_context,
                 parameters: view.parameters.clone(),
                 requested_outputs: view.requested_outputs.clone(),
                 inputs: view

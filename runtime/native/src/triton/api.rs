@@ -50,6 +50,10 @@ pub struct ResponseFactory {
 pub struct Output {
     _opaque: [u8; 0],
 }
+#[repr(C)]
+pub struct InferenceTrace {
+    _opaque: [u8; 0],
+}
 
 /// The backend API this library is written against: major must match, minor is the least we need
 /// (1.16 added request cancellation, Triton 23.10; tritonrt's servers are 24.x and NGC 25.x, API 1.19).
@@ -75,10 +79,17 @@ pub const CUDA_HOST_TO_DEVICE: c_int = 1;
 pub const CUDA_DEVICE_TO_HOST: c_int = 2;
 
 macro_rules! api_table {
-    ($( $field:ident : $symbol:literal => fn($($arg:ty),*) $(-> $ret:ty)? ;)*) => {
+    (
+        $( $field:ident : $symbol:literal => fn($($arg:ty),*) $(-> $ret:ty)? ;)*
+        [optional] {
+            $( $ofield:ident : $osymbol:literal => fn($($oarg:ty),*) $(-> $oret:ty)? ;)*
+        }
+    ) => {
         /// Triton's functions, resolved from the server process.
         pub struct Api {
             $( pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?, )*
+            /// Functions the backend works without (an older server lacks them): None when not exported.
+            $( pub $ofield: Option<unsafe extern "C" fn($($oarg),*) $(-> $oret)?>, )*
             /// cudaMemcpy, when a CUDA runtime is loaded in the server (only needed for GPU buffers).
             pub cuda_memcpy: Option<unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int>,
         }
@@ -97,6 +108,15 @@ macro_rules! api_table {
                         // SAFETY: the symbol is Triton's C function of this name, whose signature (a fact of
                         // Triton's ABI) is the one declared in this table.
                         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) $(-> $ret)?>(address) }
+                    }, )*
+                    $( $ofield: {
+                        let address = sys::global_symbol(
+                            CStr::from_bytes_with_nul(concat!($osymbol, "\0").as_bytes()).expect("NUL-terminated"),
+                        );
+                        // SAFETY: as above; a null address (the server does not export it) stays None.
+                        (!address.is_null()).then(|| unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($oarg),*) $(-> $oret)?>(address)
+                        })
                     }, )*
                     cuda_memcpy: {
                         let address = sys::global_symbol(c"cudaMemcpy");
@@ -154,6 +174,12 @@ api_table! {
     factory_delete: "TRITONBACKEND_ResponseFactoryDelete" => fn(*mut ResponseFactory) -> *mut TritonError;
     factory_send_flags: "TRITONBACKEND_ResponseFactorySendFlags" => fn(*mut ResponseFactory, u32) -> *mut TritonError;
     factory_is_cancelled: "TRITONBACKEND_ResponseFactoryIsCancelled" => fn(*mut ResponseFactory, *mut bool) -> *mut TritonError;
+    [optional] {
+        // Tracing (backend API 1.13+, Triton 23.04+; the context since Triton 23.11): without them requests
+        // reach the worker without a trace context.
+        request_trace: "TRITONBACKEND_RequestTrace" => fn(*mut Request, *mut *mut InferenceTrace) -> *mut TritonError;
+        trace_context: "TRITONSERVER_InferenceTraceContext" => fn(*mut InferenceTrace, *mut *const c_char) -> *mut TritonError;
+    }
 }
 
 static API: OnceLock<Api> = OnceLock::new();

@@ -8,14 +8,14 @@ use super::api::{
     api, ModelInstance, Request, Response, ResponseFactory, MEMORY_CPU, MEMORY_CPU_PINNED, MEMORY_GPU, PARAMETER_BOOL,
     PARAMETER_DOUBLE, PARAMETER_INT, PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
 };
-use super::api::{CUDA_DEVICE_TO_HOST, CUDA_HOST_TO_DEVICE, LOG_ERROR};
+use super::api::{CUDA_DEVICE_TO_HOST, CUDA_HOST_TO_DEVICE, LOG_ERROR, LOG_VERBOSE};
 use super::{check, log, new_error, text};
 use crate::batch::{Batch, Buffer, Input, RequestView};
 use crate::dtype::DataType;
 use crate::error::Error;
 use crate::execute::Timing;
 use crate::sys;
-use crate::wire::{Correlation, Parameter, ERROR_INTERNAL, ERROR_INVALID_ARG};
+use crate::wire::{Correlation, Parameter, ERROR_INTERNAL, ERROR_INVALID_ARG, MAX_TEXT_BYTES};
 
 struct Slot {
     request: *mut Request,
@@ -34,6 +34,35 @@ pub struct TritonBatch {
 
 fn failure(code: u8) -> impl Fn(String) -> Error {
     move |message| Error::new(code, format!("tritonrt: {message}"))
+}
+
+/// Triton's trace context of `request` (OpenTelemetry mode: JSON of the W3C headers of Triton's span); ""
+/// when the request is not traced or the server lacks the tracing API.
+fn trace_context_of<'r>(request: *mut Request) -> Result<&'r str, Error> {
+    let api = api();
+    let (Some(request_trace), Some(trace_context)) = (api.request_trace, api.trace_context) else {
+        return Ok("");
+    };
+    let internal = failure(ERROR_INTERNAL);
+    let mut trace = ptr::null_mut();
+    // SAFETY: a live request; the trace it returns is owned by the request (not ours to free).
+    check(unsafe { request_trace(request, &mut trace) }).map_err(&internal)?;
+    if trace.is_null() {
+        return Ok("");
+    }
+    let mut context = ptr::null();
+    // SAFETY: a live trace; the context string is owned by the trace, which lives as long as the request
+    // (released only when the batch is dropped, after the message that carries it was sent).
+    check(unsafe { trace_context(trace, &mut context) }).map_err(&internal)?;
+    if context.is_null() {
+        return Ok("");
+    }
+    // SAFETY: a NUL-terminated string of the trace (see above for its lifetime).
+    let context = unsafe { text(context) }.ok_or_else(|| internal("the trace context is not UTF-8".into()))?;
+    if context.len() > MAX_TEXT_BYTES as usize {
+        return Err(internal(format!("the trace context has {} bytes (limit {MAX_TEXT_BYTES})", context.len())));
+    }
+    Ok(context)
 }
 
 impl TritonBatch {
@@ -217,8 +246,13 @@ impl Batch for TritonBatch {
         // SAFETY: as above.
         check(unsafe { (api.request_input_count)(request, &mut count) }).map_err(&invalid)?;
         let inputs = (0..count).map(|position| self.read_input(request, position)).collect::<Result<Vec<_>, _>>()?;
-        Ok(RequestView { id, flags, correlation, parameters, requested_outputs, inputs })
+        let trace_context = trace_context_of(request).unwrap_or_else(|error| {
+            log(LOG_VERBOSE, &format!("tritonrt: the request's trace context is not forwarded: {}", error.message));
+            ""
+        });
+        Ok(RequestView { id, flags, correlation, parameters, requested_outputs, inputs, trace_context })
     }
+
 
     fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), Error> {
         let memcpy = api().cuda_memcpy.ok_or_else(|| {

@@ -163,7 +163,8 @@ impl<'a> Reader<'a> {
             requested_outputs.push(self.name(&format!("{what}: a requested output"))?);
         }
         let inputs = self.tensors(input_count, header, &format!("{what}: input"))?;
-        Ok(Request { id, flags, correlation, parameters, requested_outputs, inputs })
+        let trace_context = self.str(MAX_TEXT_BYTES, &format!("{what}: its trace context"))?;
+        Ok(Request { id, flags, correlation, parameters, requested_outputs, inputs, trace_context })
     }
     fn response(&mut self, header: &Header, index: usize) -> Result<Response<'a>, WireError> {
         let what = format!("response {index}");
@@ -246,6 +247,7 @@ mod tests {
         vec![
             Request {
                 id: "r1",
+                trace_context: r#"{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#,
                 flags: 0,
                 correlation: Correlation::None,
                 parameters: vec![
@@ -266,6 +268,7 @@ mod tests {
             },
             Request {
                 id: "",
+                trace_context: "",
                 flags: 3,
                 correlation: Correlation::String("seq-7"),
                 parameters: vec![],

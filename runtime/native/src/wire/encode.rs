@@ -81,6 +81,7 @@ impl Writer<'_> {
         for tensor in &request.inputs {
             self.tensor(tensor);
         }
+        self.str(request.trace_context);
     }
     fn response(&mut self, response: &Response<'_>) {
         match response {

@@ -1,4 +1,4 @@
-//! The wire protocol, version 1, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
+//! The wire protocol, version 2, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
 //! tests check these constants and the golden messages against it).
 //!
 //! Decoding never trusts the peer: every count, length, offset, type and name is checked before use, and a
@@ -17,7 +17,7 @@ pub use records::{Body, Correlation, Hello, Parameter, Request, Response, Tensor
 use std::fmt;
 
 pub const MAGIC: u32 = 0x5754_5254;
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const DATA_ALIGN: usize = 64;
 
 pub const KIND_HELLO: u16 = 1;

@@ -40,6 +40,8 @@ pub struct Request<'a> {
     /// Empty: every output.
     pub requested_outputs: Vec<&'a str>,
     pub inputs: Vec<Tensor<'a>>,
+    /// Triton's trace context of the request (OpenTelemetry: JSON of W3C headers); empty when not traced.
+    pub trace_context: &'a str,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -133,6 +133,7 @@ impl Batch for FakeBatch {
     fn read(&self, index: usize, _sequence: bool) -> Result<RequestView<'_>, Error> {
         let request = &self.requests[index];
         Ok(RequestView {
+            trace_context: "",
             id: "",
             flags: 0,
             correlation: Correlation::None,
