@@ -249,6 +249,11 @@ def test_one_trace_runs_from_the_client_through_triton_to_the_callable(server, r
     context = client_span.get_span_context()
     trace_id, client_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
 
+    # Over a gRPC stream Triton ends (and exports) its request span only when the stream ends, which a
+    # DecoupledModelClient keeps open: seen missing for over 60 s in 2 of about 20 runs. There the test checks the
+    # trace id and the spans below Triton's model span, which Triton exports as the request completes.
+    root_expected = protocol != "grpc-stream"
+
     def complete(spans: list[Span]) -> bool:
         """The worker's and the callable's spans, the worker's parent, and a Triton span continuing the client's."""
         ids = {span.span_id for span in spans}
@@ -257,15 +262,16 @@ def test_one_trace_runs_from_the_client_through_triton_to_the_callable(server, r
             any(span.name == CALLABLE_SPAN for span in spans)
             and all(span.parent_id in ids for span in workers)
             and bool(workers)
-            and any(span.parent_id == client_id for span in spans)
+            and (not root_expected or any(span.parent_id == client_id for span in spans))
         )
 
     spans = receiver.wait_for(trace_id, complete)
     by_id = {span.span_id: span for span in spans}
     triton_spans = [span for span in spans if span.service == "triton-under-test"]
     assert triton_spans, f"Triton exported no span of the client's trace {trace_id}; received: {receiver.spans}"
-    triton_roots = [span for span in triton_spans if by_id.get(span.parent_id) not in triton_spans]
-    assert {span.parent_id for span in triton_roots} == {client_id}, "Triton's trace continues the client's span"
+    if root_expected:
+        triton_roots = [span for span in triton_spans if by_id.get(span.parent_id) not in triton_spans]
+        assert {span.parent_id for span in triton_roots} == {client_id}, "Triton's trace continues the client's span"
     (worker,) = [span for span in spans if span.name == WORKER_SPAN]
     assert by_id[worker.parent_id] in triton_spans, "the worker's span is a child of one of Triton's"
     (inner,) = [span for span in spans if span.name == CALLABLE_SPAN]
