@@ -50,5 +50,6 @@ def test_an_override_without_the_backend_is_refused_and_the_model_serves_on(serv
     while reason not in caplog.text and time.monotonic() < deadline:  # the server's log, forwarded by a thread
         time.sleep(0.05)
     assert reason in caplog.text
+    assert '"backend": "tritonrt" included' in caplog.text  # tritonrt's explanation follows Triton's line
     data = np.ones((1, 2), dtype=np.float32)
     assert server.infer("http", "controlled", {"x": data})["x"].tolist() == data.tolist()  # still served
