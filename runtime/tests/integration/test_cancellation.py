@@ -117,6 +117,7 @@ def test_a_cancelled_grpc_call_is_seen_by_the_callable(server, outcomes, model, 
     assert seen["cancelled"] and seen["seconds"] < GIVE_UP_S / 2, seen
 
 
+@pytest.mark.rerun_on_tritonserver_crash  # tritonserver 2.51's gRPC frontend (see tests/crash_rerun.py)
 def test_a_cancelled_stream_stops_the_generator(server, outcomes):
     client = grpcclient.InferenceServerClient(server.grpc_url)
     received: list[int] = []
