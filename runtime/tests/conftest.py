@@ -33,6 +33,8 @@ from tritonrt.triton import TritonConfig
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / ".ci"))
 from strict_skips import pytest_runtest_makereport  # noqa: E402, F401 (a hook: pytest finds it by name)
 
+from tests.crash_rerun import pytest_runtest_call  # noqa: E402, F401 (the rerun_on_tritonserver_crash marker's hook)
+
 SESSION_MARKER = "TRITONRT_TEST_SESSION"
 _SERVER_PROCESS_MARKS = ("tritonserver", "tritonrt.server.guard")
 _LEFTOVER_WAIT_S = 30.0

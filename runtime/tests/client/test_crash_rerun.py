@@ -1,4 +1,4 @@
-"""The ``rerun_on_tritonserver_crash`` marker (tests/client/conftest.py): a test that failed because tritonserver
+"""The ``rerun_on_tritonserver_crash`` marker (tests/crash_rerun.py): a test that failed because tritonserver
 crashed meanwhile runs once more after the restart; a test that failed otherwise is not rerun.
 
 The tests run in file order: the last one checks how often the first two ran.

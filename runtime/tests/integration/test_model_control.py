@@ -50,5 +50,27 @@ def test_an_override_without_the_backend_is_refused_and_the_model_serves_on(serv
     while reason not in caplog.text and time.monotonic() < deadline:  # the server's log, forwarded by a thread
         time.sleep(0.05)
     assert reason in caplog.text
+    assert '"backend": "tritonrt" included' in caplog.text  # tritonrt's explanation follows Triton's line
     data = np.ones((1, 2), dtype=np.float32)
     assert server.infer("http", "controlled", {"x": data})["x"].tolist() == data.tolist()  # still served
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_model_control_flow_of_tritons_examples(server, protocol):
+    """As simple_http_model_control and simple_grpc_model_control do before their override: the index lists the
+    model ready; an unload makes it unready, a load serves it again."""
+    client = server.http if protocol == "http" else server.grpc
+    key = "triton-access-token" if protocol == "http" else "triton-grpc-protocol-triton-access-token"
+    headers = {key: server.token}
+    index = client.get_model_repository_index(headers=headers)
+    models = index if protocol == "http" else [{"name": model.name, "state": model.state} for model in index.models]
+    assert ("controlled", "READY") in [(model["name"], model.get("state")) for model in models]
+    client.unload_model("controlled", headers=headers)
+    deadline = time.monotonic() + 30
+    while client.is_model_ready("controlled") and time.monotonic() < deadline:  # an unload returns before it ends
+        time.sleep(0.05)
+    assert not client.is_model_ready("controlled")
+    client.load_model("controlled", headers=headers)
+    assert client.is_model_ready("controlled")
+    data = np.full((1, 2), 7, dtype=np.float32)
+    assert server.infer(protocol, "controlled", {"x": data})["x"].tolist() == data.tolist()

@@ -6,12 +6,14 @@ over HTTP, gRPC and a gRPC stream, with an accumulator keyed by sequence id."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
 
 from tests.integration.conftest import grpc_inputs, http_inputs
 from tritonrt.decorators import batch, sequence_inputs
@@ -142,6 +144,37 @@ def test_sequences_over_one_grpc_stream(server):
         client.close()
     assert [total for _, total in sorted(answers["11"])] == EXPECTED[0]
     assert [total for _, total in sorted(answers["s-22"])] == EXPECTED[1]
+
+
+async def aio_stream_sums(url: str) -> dict[str, list[int]]:
+    """Two interleaved sequences over one asyncio gRPC stream (as simple_grpc_aio_sequence_stream_infer_client)."""
+
+    async def requests():
+        for step in range(5):
+            for sequence_id, value in ((31, step), ("s-32", -(100 + step))):
+                yield {
+                    "model_name": "direct",
+                    "inputs": grpc_inputs({"INPUT": np.array([[value]], dtype=np.int32)}),
+                    "request_id": f"{sequence_id}:{step}",
+                    "sequence_id": sequence_id,
+                    "sequence_start": step == 0,
+                    "sequence_end": step == 4,
+                }
+
+    answers: dict[str, list[tuple[int, int]]] = {"31": [], "s-32": []}
+    async with aioclient.InferenceServerClient(url) as client:
+        async for result, error in client.stream_infer(requests(), stream_timeout=STEP_S):
+            assert error is None, error
+            key, step = result.get_response().id.split(":")
+            answers[key].append((int(step), int(result.as_numpy("OUTPUT")[0, 0])))
+            if sum(len(sums) for sums in answers.values()) == 10:
+                break
+    return {key: [total for _, total in sorted(sums)] for key, sums in answers.items()}
+
+
+def test_sequences_over_one_asyncio_grpc_stream(server):
+    sums = asyncio.run(aio_stream_sums(server.grpc_url))
+    assert (sums["31"], sums["s-32"]) == EXPECTED
 
 
 def test_a_request_outside_a_sequence_is_refused_and_the_model_serves_on(server):

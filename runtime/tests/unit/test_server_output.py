@@ -80,3 +80,15 @@ def test_numbered_lines_before_a_crash_keep_their_level():
     assert not output.crashed
     assert output.level(" 0# not a stack frame: no crash yet") == logging.DEBUG
     assert output.level("double free or corruption (out)") == logging.ERROR
+
+
+def test_a_load_whose_override_names_no_backend_is_explained(caplog):
+    line = (
+        "E1126 14:34:27.300000 22066 model_lifecycle.cc:641] \"failed to load 'simple' version 1: Invalid argument: "
+        "Could not determine backend for model 'simple' with no backend in model configuration\""
+    )
+    with caplog.at_level(logging.DEBUG, logger="tritonrt.server"):
+        assert ServerOutput(verbose=False, gpu_present=False).level(line) == logging.ERROR
+    (ours,) = _ours(caplog)
+    assert ours.levelno == logging.ERROR
+    assert "'simple'" in ours.getMessage() and '"backend": "tritonrt"' in ours.getMessage()

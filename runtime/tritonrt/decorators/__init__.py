@@ -19,7 +19,8 @@ decorated callable is then an awaitable, a generator or an async generator of co
 The package is split by topic: :mod:`~tritonrt.decorators.batching` (@batch, @sample, @pad_batch),
 :mod:`~tritonrt.decorators.grouping` (@group_by_keys, @group_by_values, ConstantPadder),
 :mod:`~tritonrt.decorators.inputs` (@fill_optionals, @first_value, @triton_context),
-:mod:`~tritonrt.decorators.outputs` (convert_output), :mod:`~tritonrt.decorators.sequences` (@sequence_inputs) and
+:mod:`~tritonrt.decorators.outputs` (convert_output), :mod:`~tritonrt.decorators.sequences` (@sequence_inputs),
+:mod:`~tritonrt.decorators.cancellation` (@cancellation, all_cancelled) and
 :mod:`~tritonrt.decorators.retry` (@no_retry, tritonrt's own); the callable's context lives in :mod:`tritonrt.context`.
 Import everything from here, as from ``pytriton.decorators``.
 """
@@ -41,6 +42,7 @@ from tritonrt.decorators._common import (
     get_inference_request_batch_size,
 )
 from tritonrt.decorators.batching import batch, pad_batch, sample
+from tritonrt.decorators.cancellation import all_cancelled, cancellation
 from tritonrt.decorators.grouping import ConstantPadder, group_by_keys, group_by_values
 from tritonrt.decorators.inputs import fill_optionals, first_value, triton_context
 from tritonrt.decorators.outputs import convert_output
@@ -48,7 +50,6 @@ from tritonrt.decorators.retry import no_retry
 from tritonrt.decorators.sequences import sequence_inputs
 
 __all__ = [
-    "sequence_inputs",
     "ConstantPadder",
     "InferenceRequest",
     "InferenceRequests",
@@ -58,7 +59,9 @@ __all__ = [
     "ModelConfigDict",
     "TRITON_CONTEXT_FIELD_NAME",
     "TritonContext",
+    "all_cancelled",
     "batch",
+    "cancellation",
     "bind_triton_context",
     "convert_output",
     "fill_optionals",
@@ -71,5 +74,6 @@ __all__ = [
     "no_retry",
     "pad_batch",
     "sample",
+    "sequence_inputs",
     "triton_context",
 ]

@@ -12,6 +12,10 @@ received.``, which stays DEBUG), then its stack (`` 0# 0x... in .../tritonserver
 glibc's ``double free or corruption (out)`` before the abort. Those lines are ERRORs, so that a crash shows in the
 log at the default level along with the supervisor's restart.
 
+A load with a config override that names no backend (``load_model("m", config='{"max_batch_size": 16}')``: the
+override replaces the whole configuration) makes tritonserver log ``Could not determine backend for model 'm'``;
+an ERROR of ours comes with it, saying what such an override lacks and how a tritonrt model's config changes.
+
 Example::
 
     output = ServerOutput(verbose=False)
@@ -44,6 +48,7 @@ _CRASH = re.compile(
     r"^(Signal \((4|6|7|8|11)\) received\.|double free|free\(\): |malloc\(\): |corrupted |terminate called)"
 )
 _STACK_FRAME = re.compile(r"^\s*\d+# ")
+_NO_BACKEND = re.compile(r"Could not determine backend for model '([^']*)'")
 
 
 def gpu_device_present() -> bool:
@@ -74,6 +79,8 @@ class ServerOutput:
             return logging.ERROR
         if self._crashed and _STACK_FRAME.match(line):
             return logging.ERROR
+        if no_backend := _NO_BACKEND.search(line):
+            _explain_override(no_backend.group(1))
         level = _LEVELS.get(line[:1], self._plain)
         if level == self._plain or not any(marker in line for marker in GPU_ABSENT_MARKERS):
             return level
@@ -93,3 +100,13 @@ class ServerOutput:
                 "No GPU found: serving on CPU. tritonserver's CUDA, NVML, DCGM and pinned-memory messages about "
                 "the missing GPU are expected here and logged at DEBUG."
             )
+
+
+def _explain_override(model: str) -> None:
+    LOGGER.error(
+        "Model %r was loaded with a config override that names no backend: Triton replaces the whole configuration "
+        'with the override, so an override must hold the complete config, "backend": "tritonrt" included. The '
+        "model keeps serving as it was bound. A tritonrt model's config does not change by an override: bind it "
+        "with another ModelConfig and restart (runtime README, Model control).",
+        model,
+    )
