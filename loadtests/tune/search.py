@@ -6,6 +6,15 @@ direction when the first step did not gain. Passes over every dimension repeat u
 Each candidate is measured once; ``score`` raises to stop the search (budget spent, Ctrl+C), and the
 measurements so far stay with the caller.
 
+Instances and worker mode are also searched jointly, because neither may gain alone: for a CPU-bound
+callable that holds the GIL, a second instance as a thread is no faster (one GIL), and one instance as a
+worker process is no faster than one thread, yet two worker processes are nearly twice as fast. So each
+pass ends with a joint step: for every other worker mode, the best setting switched to that mode is the
+start of a walk up and down the instance counts, taken even though the switch alone gained nothing; the
+walk's end replaces the best only when it beats it by ``min_gain``. Where only one mode is tried the
+step measures nothing; otherwise it costs the switched setting and its instance neighbours (memoised,
+so a setting the single walks measured is not measured again).
+
 Example::
 
     scores = {}
@@ -50,8 +59,21 @@ def coordinate_search(space: Space, start: Candidate, score: Score, *, min_gain:
         before = best
         for dimension in DIMENSIONS:
             best = _walk(space, best, dimension, measured, min_gain)
+        best = _joint_walk(space, best, measured, min_gain)
         if best == before:
             break
+    return best
+
+
+def _joint_walk(space: Space, best: Candidate, measured: Score, min_gain: float) -> Candidate:
+    """Instances and worker mode together: switch the mode, walk the instance counts from there, and keep
+    the walk's end only where it beats ``best``."""
+    for mode in space.values(best, "workers"):
+        if mode == best.workers:
+            continue
+        switched = _walk(space, best.replace("workers", mode), "instances", measured, min_gain)
+        if better(measured(switched), measured(best), min_gain):
+            best = switched
     return best
 
 
