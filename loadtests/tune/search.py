@@ -8,12 +8,13 @@ measurements so far stay with the caller.
 
 Instances and worker mode are also searched jointly, because neither may gain alone: for a CPU-bound
 callable that holds the GIL, a second instance as a thread is no faster (one GIL), and one instance as a
-worker process is no faster than one thread, yet two worker processes are nearly twice as fast. So each
-pass ends with a joint step: for every other worker mode, the best setting switched to that mode is the
-start of a walk up and down the instance counts, taken even though the switch alone gained nothing; the
-walk's end replaces the best only when it beats it by ``min_gain``. Where only one mode is tried the
-step measures nothing; otherwise it costs the switched setting and its instance neighbours (memoised,
-so a setting the single walks measured is not measured again).
+worker process is no faster than one thread, yet two worker processes are nearly twice as fast. So the
+walk over instances is followed at once by a joint step, which replaces a walk over worker modes: for
+every other worker mode, the best setting switched to that mode is the start of a walk up and down the
+instance counts, taken even though the switch alone gained nothing; the walk's end replaces the best
+only when it beats it by ``min_gain``. It comes second in a pass, right after the batch size, so that a
+short budget reaches it. Where only one mode is tried it measures nothing; otherwise it costs the
+switched setting and its instance neighbours (memoised: nothing is measured twice).
 
 Example::
 
@@ -58,8 +59,10 @@ def coordinate_search(space: Space, start: Candidate, score: Score, *, min_gain:
     for _ in range(MAX_PASSES):
         before = best
         for dimension in DIMENSIONS:
-            best = _walk(space, best, dimension, measured, min_gain)
-        best = _joint_walk(space, best, measured, min_gain)
+            if dimension == "instances":
+                best = _joint_walk(space, _walk(space, best, dimension, measured, min_gain), measured, min_gain)
+            elif dimension != "workers":  # walked within the joint step
+                best = _walk(space, best, dimension, measured, min_gain)
         if best == before:
             break
     return best
