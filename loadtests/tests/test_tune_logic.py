@@ -3,6 +3,7 @@ the derived queue target, the tuning file's form, the project files, the metrics
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -76,6 +77,39 @@ def test_the_search_stops_where_score_raises() -> None:
     with pytest.raises(KeyboardInterrupt):
         coordinate_search(SPACE, START, score)
     assert len(calls) == 3
+
+
+def _gil_bound(candidate: Candidate) -> float:
+    """A CPU-bound callable holding the GIL on a 4-core machine, batching a little: threads share one core (a
+    second thread instance costs 10 %), one worker process is no faster than one thread, N processes scale."""
+    batch = {1: 1.0, 8: 1.1, 16: 1.1, 32: 1.1, 64: 1.1, 128: 1.1}[candidate.max_batch_size]
+    if candidate.workers == "thread":
+        instances = {1: 1.0, 2: 0.9, 4: 0.8}[candidate.instances]
+    else:
+        instances = {1: 1.0, 2: 1.8, 4: 3.2}[candidate.instances]
+    return 1000.0 * batch * instances
+
+
+def test_the_search_moves_instances_and_worker_mode_together_where_neither_gains_alone() -> None:
+    space = dataclasses.replace(SPACE, workers=("thread", "process"))
+    start = dataclasses.replace(START, max_batch_size=16)
+    measured: list[Candidate] = []
+
+    def score(candidate: Candidate) -> float:
+        measured.append(candidate)
+        return _gil_bound(candidate)
+
+    for single in (start.replace("instances", 2), start.replace("workers", "process")):
+        assert not better(_gil_bound(single), _gil_bound(start))  # each move alone: no gain
+    best = coordinate_search(space, start, score)
+    assert (best.instances, best.workers) == (4, "process")
+    assert len(measured) == len(set(measured)) and len(measured) <= 20  # a short run's worth, not the grid (144)
+
+
+def test_the_joint_step_measures_nothing_more_with_one_worker_mode() -> None:
+    with_joint: list[Candidate] = []
+    best = coordinate_search(SPACE, START, lambda candidate: with_joint.append(candidate) or _gil_bound(candidate))
+    assert best.workers == "thread" and all(candidate.workers == "thread" for candidate in with_joint)
 
 
 def test_better_needs_the_margin_and_none_never_wins() -> None:

@@ -56,7 +56,7 @@ def _command(project: Path, *extra: str) -> list[str]:
         "--tuning-file", str(project / "tuning.json"), "--slo-env", str(project / "slo.env"),
         "--locustfile", str(project / "locustfile.py"), "--reports", str(project / "reports"),
         "--max-batch-sizes", "8", "--queue-delays-us", "0", "--preferred", "off", "--instances", "1",
-        "--step-s", "2", "--max-users", "16", "--budget-min", "3", *extra,
+        "--modes", "thread", "--step-s", "2", "--max-users", "16", "--budget-min", "3", *extra,
     ]  # fmt: skip
 
 

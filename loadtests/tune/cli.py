@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     space.add_argument(
         "--modes",
         type=_listed(_mode, "thread and/or process"),
-        default=("thread",),
-        help="worker modes (the service's WORKERS setting); default thread",
+        default=("thread", "process"),
+        help="worker modes (the service's WORKERS setting); default thread,process (searched with --instances)",
     )
     load = parser.add_argument_group("load")
     load.add_argument("--step-s", type=_positive, default=5.0, help="seconds per load step (default 5)")

@@ -6,6 +6,16 @@ direction when the first step did not gain. Passes over every dimension repeat u
 Each candidate is measured once; ``score`` raises to stop the search (budget spent, Ctrl+C), and the
 measurements so far stay with the caller.
 
+Instances and worker mode are also searched jointly, because neither may gain alone: for a CPU-bound
+callable that holds the GIL, a second instance as a thread is no faster (one GIL), and one instance as a
+worker process is no faster than one thread, yet two worker processes are nearly twice as fast. So the
+walk over instances is followed at once by a joint step, which replaces a walk over worker modes: for
+every other worker mode, the best setting switched to that mode is the start of a walk up and down the
+instance counts, taken even though the switch alone gained nothing; the walk's end replaces the best
+only when it beats it by ``min_gain``. It comes second in a pass, right after the batch size, so that a
+short budget reaches it. Where only one mode is tried it measures nothing; otherwise it costs the
+switched setting and its instance neighbours (memoised: nothing is measured twice).
+
 Example::
 
     scores = {}
@@ -49,9 +59,24 @@ def coordinate_search(space: Space, start: Candidate, score: Score, *, min_gain:
     for _ in range(MAX_PASSES):
         before = best
         for dimension in DIMENSIONS:
-            best = _walk(space, best, dimension, measured, min_gain)
+            if dimension == "instances":
+                best = _joint_walk(space, _walk(space, best, dimension, measured, min_gain), measured, min_gain)
+            elif dimension != "workers":  # walked within the joint step
+                best = _walk(space, best, dimension, measured, min_gain)
         if best == before:
             break
+    return best
+
+
+def _joint_walk(space: Space, best: Candidate, measured: Score, min_gain: float) -> Candidate:
+    """Instances and worker mode together: switch the mode, walk the instance counts from there, and keep
+    the walk's end only where it beats ``best``."""
+    for mode in space.values(best, "workers"):
+        if mode == best.workers:
+            continue
+        switched = _walk(space, best.replace("workers", mode), "instances", measured, min_gain)
+        if better(measured(switched), measured(best), min_gain):
+            best = switched
     return best
 
 
