@@ -314,3 +314,12 @@ def test_the_new_tuning_file_keeps_other_keys_and_names_the_winners_worker_mode(
         "preferred_batch_sizes": [],
     }
     assert tuned_text(current, START, START) is None
+
+
+def test_the_winner_is_the_cheapest_setting_within_the_margin_of_the_best() -> None:
+    baseline = Measurement(START, _steps((4, 100.0, 50.0)), SLO)
+    one_thread = dataclasses.replace(START, max_batch_size=128)
+    two_processes = dataclasses.replace(one_thread, instances=2, workers="process")
+    close = [baseline, Measurement(one_thread, _steps((4, 183.0, 50.0)), SLO)]
+    assert choose_winner([*close, Measurement(two_processes, _steps((4, 190.0, 50.0)), SLO)], START) == one_thread
+    assert choose_winner([*close, Measurement(two_processes, _steps((4, 260.0, 50.0)), SLO)], START) == two_processes

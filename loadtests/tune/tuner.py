@@ -83,10 +83,16 @@ def candidate_from_config(config: dict[str, Any], workers: str) -> Candidate:
 
 
 def choose_winner(measurements: list[Measurement], baseline: Candidate) -> Candidate:
-    """The highest-scoring candidate if it beats the baseline by the search's margin, else the baseline."""
+    """The cheapest of the candidates within the search's margin of the highest score (fewest instances, threads
+    before processes: a gain within the margin is noise, resources are not), if it beats the baseline by that
+    margin; else the baseline."""
     scores = {m.candidate: m.score for m in measurements}
-    best = max(scores, key=lambda c: -1.0 if scores[c] is None else float(scores[c] or 0.0))
-    return best if better(scores[best], scores.get(baseline)) else baseline
+    top = max((score for score in scores.values() if score is not None), default=None)
+    if top is None:
+        return baseline
+    close = [candidate for candidate, score in scores.items() if score is not None and not better(top, score)]
+    cheapest = min(close, key=lambda c: (c.instances, c.workers == "process", -float(scores[c] or 0.0)))
+    return cheapest if better(scores[cheapest], scores.get(baseline)) else baseline
 
 
 class _Run:
