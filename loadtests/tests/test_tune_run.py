@@ -134,7 +134,7 @@ def test_ctrl_c_keeps_the_best_so_far_and_leaves_nothing_running(tmp_path: Path)
             tuner.kill()
     assert tuner.returncode == 0, stdout + stderr
     report = json.loads((project / "reports" / "tune.json").read_text())
-    assert any("Ctrl+C" in note for note in report["notes"])
+    assert any("Ctrl+C" in note for note in report["notes"]), (report["notes"], stderr[-3000:])
     assert report["winner"] is not None and report["measurements"][0]["score_rps"] > 0
     assert not (project / "tuning.json").exists()  # no --apply: nothing written
     assert _wait_gone(marker) == []
