@@ -124,9 +124,12 @@ def test_ctrl_c_keeps_the_best_so_far_and_leaves_nothing_running(tmp_path: Path)
     )
     try:
         assert tuner.stderr is not None
+        seen: list[str] = []
         for line in tuner.stderr:  # the second candidate starts once the first is measured
+            seen.append(line)
             if line.startswith("[2]"):
                 break
+        assert seen and seen[-1].startswith("[2]"), "".join(seen)[-3000:]  # it ended before a second candidate
         tuner.send_signal(signal.SIGINT)
         stdout, stderr = tuner.communicate(timeout=120)
     finally:
