@@ -129,7 +129,6 @@ class _Forker:
         """Fork; the child runs ``child()`` and never returns here. The child's pid."""
         with cls._lock:
             if cls._queue is None:
-                _allow_our_fork()
                 cls._queue = queue.SimpleQueue()
                 threading.Thread(target=cls._serve, args=(cls._queue,), name="tritonrt-forker", daemon=True).start()
         done: Future[int] = Future()
@@ -140,6 +139,7 @@ class _Forker:
     def _serve(requests: queue.SimpleQueue[tuple[Callable[[], int], Future[int]]]) -> None:
         while True:
             child, done = requests.get()
+            _allow_our_fork()  # each time: a caller may have reset the warning filters since (pytest does per test)
             try:
                 pid = os.fork()
             except OSError as error:
