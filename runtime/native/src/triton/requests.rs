@@ -253,7 +253,6 @@ impl Batch for TritonBatch {
         Ok(RequestView { id, flags, correlation, parameters, requested_outputs, inputs, trace_context })
     }
 
-
     fn copy_from_device(&self, address: usize, device: i64, dst: &mut [u8]) -> Result<(), Error> {
         let memcpy = api().cuda_memcpy.ok_or_else(|| {
             Error::internal(format!(
