@@ -1,5 +1,6 @@
 """A candidate whose ports another server took between picking and binding: the tuner hears that server answer,
-sees its own service exit, and says so as an exit (the tuner then tries once more on other ports)."""
+sees its own service exit, and says so as an exit (the tuner then tries once more on other ports). And the wait
+for a service is a wait for its model: a server answers ready before its models are loaded."""
 
 from __future__ import annotations
 
@@ -13,12 +14,20 @@ from pathlib import Path
 import pytest
 
 from loadtests.errors import LoadTestSetupError
+from loadtests.tune import service_process
 from loadtests.tune.service_process import Service, ServiceFailed, ServiceProcess
 
 
 class _NotFound(http.server.BaseHTTPRequestHandler):
+    """A server that is ready (``/v2/health/ready``) and has no model."""
+
     def do_GET(self) -> None:
-        self.send_error(404)
+        if self.path == "/v2/health/ready":
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self.send_error(404)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -53,5 +62,17 @@ def test_a_running_service_without_the_model_is_a_setup_error(tmp_path: Path, ot
     try:
         with pytest.raises(LoadTestSetupError, match="pass the model's name with --model"):
             process.model_config()
+    finally:
+        process.stop()
+
+
+def test_a_ready_server_without_the_model_is_waited_for_then_named(
+    tmp_path: Path, other_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_process, "MODEL_WAIT_S", 0.5)
+    process = _service_process(tmp_path, other_server, "import time; time.sleep(60)")
+    try:
+        with pytest.raises(LoadTestSetupError, match="is ready but model 'tuned' is not"):
+            process.wait_ready(30)
     finally:
         process.stop()

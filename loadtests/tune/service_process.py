@@ -38,6 +38,8 @@ STOP_TIMEOUT_S = 30.0
 LOG_TAIL_CHARS = 2000
 # How long a service that met another server on its port has to exit (it refuses a taken port before it starts).
 PORT_TAKEN_WAIT_S = 10.0
+# How long a ready server may lack the model before the tuner says the model's name is wrong.
+MODEL_WAIT_S = 30.0
 # The service's own variables the tuner sets for every candidate (the prefix goes in front).
 _OVERRIDDEN = ("INSTANCES", "MAX_QUEUE_DELAY_US", "WORKERS", "TUNING_FILE", "HTTP_PORT", "GRPC_PORT", "METRICS_PORT")
 
@@ -155,22 +157,36 @@ class ServiceProcess:
             )
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Return once ``/v2/health/ready`` answers 200; raise ServiceFailed if the service exits or is late."""
+        """Return once the model answers ready (``/v2/models/<model>/ready``: the server answers ready before
+        its models are loaded); raise ServiceFailed if the service exits or is late, LoadTestSetupError if the
+        server has been ready for ``MODEL_WAIT_S`` without the model."""
         deadline = time.monotonic() + timeout_s
+        server_ready_since: float | None = None
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
                 code = None if self._process is None else self._process.returncode
                 raise ServiceFailed(
                     f"the service exited with status {code} before it was ready:\n{self.log_tail()}", exited=True
                 )
-            try:
-                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            if self._answers(f"/v2/models/{self.service.model}/ready"):
+                return
+            if server_ready_since is None and self._answers("/v2/health/ready"):
+                server_ready_since = time.monotonic()
+            if server_ready_since is not None and time.monotonic() - server_ready_since > MODEL_WAIT_S:
+                raise LoadTestSetupError(
+                    f"the service at {self.url} is ready but model '{self.service.model}' is not, "
+                    f"{MODEL_WAIT_S:.0f} s on; pass the model's name with --model:\n{self.log_tail()}"
+                )
             time.sleep(POLL_S)
         raise ServiceFailed(f"the service was not ready within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def _answers(self, path: str) -> bool:
+        """Whether ``GET path`` answers 200."""
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
 
     def model_config(self) -> dict[str, Any]:
         """The model's configuration as the server holds it (``GET /v2/models/<model>/config``)."""
