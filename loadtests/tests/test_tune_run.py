@@ -115,7 +115,9 @@ def test_ctrl_c_keeps_the_best_so_far_and_leaves_nothing_running(tmp_path: Path)
     project = _project(tmp_path)
     marker = uuid.uuid4().hex
     tuner = subprocess.Popen(
-        _command(project),
+        # More candidates than the search needs to end, so that the run outlasts a test slow to send its Ctrl+C
+        # on a loaded machine (2 candidates took 24 s, and the run ended before the signal came).
+        _command(project, "--max-batch-sizes", "4,8,16", "--instances", "1,2"),
         cwd=REPO_ROOT,
         env=_environment(marker),
         stdout=subprocess.PIPE,
