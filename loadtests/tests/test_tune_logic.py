@@ -168,11 +168,19 @@ def test_the_climb_stops_at_the_first_step_over_the_slo() -> None:
     assert measurement.sustained is not None and measurement.sustained.users == 4 and measurement.score == 180.0
 
 
-def test_the_climb_stops_when_doubling_the_users_gains_nothing() -> None:
-    rps = {1: 50.0, 2: 90.0, 4: 90.0 * (1 + PLATEAU_GAIN / 2), 8: 200.0}
+def test_the_climb_stops_when_doubling_the_users_twice_in_a_row_gains_nothing() -> None:
+    flat = 90.0 * (1 + PLATEAU_GAIN / 2)
+    rps = {1: 50.0, 2: 90.0, 4: flat, 8: flat, 16: 200.0}
     steps: list[Step] = []
     climb(lambda users: Step(users, 100, rps[users], 10.0, 0.0), SLO, steps, max_users=64)
-    assert [step.users for step in steps] == [1, 2, 4]
+    assert [step.users for step in steps] == [1, 2, 4, 8]
+
+
+def test_one_flat_doubling_does_not_end_the_climb() -> None:
+    rps = {1: 24.0, 2: 23.5, 4: 60.0, 8: 61.0, 16: 61.5}  # a batching model: flat until batches fill
+    steps: list[Step] = []
+    climb(lambda users: Step(users, 100, rps[users], 10.0, 0.0), SLO, steps, max_users=64)
+    assert [step.users for step in steps] == [1, 2, 4, 8, 16]
 
 
 def test_the_climb_stops_at_max_users_and_keeps_its_steps_when_cut() -> None:

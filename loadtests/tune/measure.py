@@ -14,10 +14,13 @@ from collections.abc import Callable
 
 from loadtests.tune.space import Candidate
 
-__all__ = ["PLATEAU_GAIN", "Measurement", "Slo", "Step", "climb"]
+__all__ = ["PLATEAU_GAIN", "PLATEAU_STEPS", "Measurement", "Slo", "Step", "climb"]
 
 # Doubling the users must raise throughput by this share, else the candidate is saturated and the climb stops.
 PLATEAU_GAIN = 0.03
+# Doublings in a row without that gain that end a climb (one alone is noise on a busy machine, or a batching
+# model at too few users to fill its batches).
+PLATEAU_STEPS = 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,19 +88,25 @@ def climb(
     max_users: int = 64,
 ) -> None:
     """Run steps at ``start_users``, doubling, into ``steps``; stop at the first step that misses the SLO,
-    when doubling the users gains less than ``PLATEAU_GAIN`` throughput, or past ``max_users``.
+    when doubling the users gained less than ``PLATEAU_GAIN`` throughput ``PLATEAU_STEPS`` times in a row, or
+    past ``max_users``.
 
     ``steps`` is the caller's list, so the steps so far stay when ``run_step`` raises (budget, Ctrl+C).
     """
     users = start_users
     best: Step | None = None
+    flat = 0  # doublings in a row that gained too little: one is noise or a model that batches only later
     while users <= max_users:
         step = run_step(users)
         steps.append(step)
         if not step.meets(slo):
             return
         if best is not None and step.rps < best.rps * (1 + PLATEAU_GAIN):
-            return
+            flat += 1
+            if flat == PLATEAU_STEPS:
+                return
+        else:
+            flat = 0
         if best is None or step.rps > best.rps:
             best = step
         users *= 2
