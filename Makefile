@@ -89,13 +89,15 @@ $(VENV)-py%/.installed: runtime/pyproject.toml $(VENV)/.installed
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
 # The compatibility suite runs each program on PyTriton 0.7 too (TRITONRT_COMPAT_PYTRITON_PYTHON).
 test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
-# The extra Pythons' runs go beside loadtests/tests and tests/ (their output shown when they end, kept in
-# build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both.
+# The extra Pythons' runs go beside tests/ (their output shown when they end, kept in
+# build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both. loadtests/tests runs
+# alone before them: its tuning runs measure real services, which a machine busy with other suites skews.
 test: install-server deploy-tools rust-toolchain pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	cd runtime && ../$(PY) -m pytest
-	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside loadtests/tests and tests/"; \
+	$(PY) -m pytest loadtests/tests
+	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside tests/"; \
 	$(MAKE) --no-print-directory test-extra-pythons > build/test-extra-pythons.log 2>&1 & extra=$$!; \
-	$(PY) -m pytest loadtests/tests && $(PY) -m pytest tests; status=$$?; \
+	$(PY) -m pytest tests; status=$$?; \
 	wait $$extra; extra_status=$$?; \
 	echo "==> the runtime's tests on Python $(EXTRA_PYTHONS) (build/test-extra-pythons.log):"; \
 	cat build/test-extra-pythons.log; test $$status = 0 && test $$extra_status = 0
