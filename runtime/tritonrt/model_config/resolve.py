@@ -32,6 +32,7 @@ from tritonrt.model_config.model_config import ModelConfig
 from tritonrt.model_config.sequence import SequenceBatcher, check_sequence_batcher
 from tritonrt.model_config.tensor import Tensor
 from tritonrt.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
+from tritonrt.model_config.values import check_int
 
 __all__ = ["INSTANCE_KIND", "build_model_config", "validate_model_name"]
 
@@ -85,8 +86,8 @@ def build_model_config(
     """
     validate_model_name(model_name)
     where = f"Model {model_name!r}"
-    _check_int(model_version, f"{where}: model_version", minimum=0, maximum=_UINT64_MAX)
-    _check_int(instance_count, f"{where}: instance_count", minimum=1, maximum=_INT32_MAX)
+    check_int(model_version, f"{where}: model_version", minimum=0, maximum=_UINT64_MAX)
+    check_int(instance_count, f"{where}: instance_count", minimum=1, maximum=_INT32_MAX)
     if not isinstance(config, ModelConfig):
         raise PyTritonValidationError(
             f"{where}: config must be a tritonrt.model_config.ModelConfig, got {type(config).__name__}."
@@ -113,7 +114,7 @@ def build_model_config(
     max_batch_size = 0
     batcher: DynamicBatcher | SequenceBatcher | None = None
     if config.batching:
-        max_batch_size = _check_int(
+        max_batch_size = check_int(
             config.max_batch_size,
             f"{where}: config.max_batch_size",
             minimum=1,
@@ -125,7 +126,7 @@ def build_model_config(
         elif config.batcher is not None:
             batcher = _resolve_batcher(config.batcher, max_batch_size, where)
     else:
-        _check_int(config.max_batch_size, f"{where}: config.max_batch_size", minimum=0, maximum=_INT32_MAX)
+        check_int(config.max_batch_size, f"{where}: config.max_batch_size", minimum=0, maximum=_INT32_MAX)
         if isinstance(config.batcher, SequenceBatcher):  # sequences without a batch axis: one request at a time
             batcher = check_sequence_batcher(config.batcher, 0, f"{where}: config.batcher")
 
@@ -141,13 +142,6 @@ def build_model_config(
         response_cache=ResponseCache(enable=True) if config.response_cache else None,
         decoupled=config.decoupled,
     )
-
-
-def _check_int(value: Any, field: str, minimum: int, maximum: int, hint: str = "") -> int:
-    """Return ``value`` as int if it is an integer (not bool) in [minimum, maximum], else raise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= int(value) <= maximum:
-        raise PyTritonBadParameterError(f"{field} must be an integer in [{minimum}, {maximum}], got {value!r}{hint}.")
-    return int(value)
 
 
 def _resolve_tensors(tensors: Sequence[Tensor], kind: str, where: str) -> list[TensorSpec]:
@@ -219,13 +213,13 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
             f"{field} must be a tritonrt.model_config.DynamicBatcher, a SequenceBatcher or None, "
             f"got {type(batcher).__name__}."
         )
-    _check_int(batcher.max_queue_delay_microseconds, f"{field}.max_queue_delay_microseconds", 0, _UINT64_MAX)
+    check_int(batcher.max_queue_delay_microseconds, f"{field}.max_queue_delay_microseconds", 0, _UINT64_MAX)
     preferred = batcher.preferred_batch_size
     if preferred is not None:
         if isinstance(preferred, (str, bytes)) or not isinstance(preferred, Sequence):
             raise PyTritonBadParameterError(f"{field}.preferred_batch_size must be a list of ints, got {preferred!r}.")
         for size in preferred:
-            _check_int(
+            check_int(
                 size,
                 f"{field}.preferred_batch_size entry",
                 minimum=1,
@@ -236,9 +230,9 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
         raise PyTritonBadParameterError(
             f"{field}.preserve_ordering must be True or False, got {batcher.preserve_ordering!r}."
         )
-    levels = _check_int(batcher.priority_levels, f"{field}.priority_levels", 0, _UINT64_MAX)
+    levels = check_int(batcher.priority_levels, f"{field}.priority_levels", 0, _UINT64_MAX)
     if levels == 0:
-        _check_int(
+        check_int(
             batcher.default_priority_level,
             f"{field}.default_priority_level",
             0,
@@ -246,7 +240,7 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
             hint=" (set priority_levels first to use priorities)",
         )
     else:
-        _check_int(
+        check_int(
             batcher.default_priority_level,
             f"{field}.default_priority_level",
             1,
@@ -261,7 +255,7 @@ def _resolve_batcher(batcher: Any, max_batch_size: int, where: str) -> DynamicBa
             f"{field}.priority_queue_policy must be a dict of priority level to QueuePolicy, got {policies!r}."
         )
     for level, policy in policies.items():
-        _check_int(
+        check_int(
             level,
             f"{field}.priority_queue_policy key",
             minimum=1,
@@ -291,12 +285,12 @@ def _check_queue_policy(policy: Any, field: str) -> None:
             f"{field}.timeout_action must be TimeoutAction.REJECT or TimeoutAction.DELAY, "
             f"got {policy.timeout_action!r}."
         )
-    _check_int(policy.default_timeout_microseconds, f"{field}.default_timeout_microseconds", 0, _UINT64_MAX)
+    check_int(policy.default_timeout_microseconds, f"{field}.default_timeout_microseconds", 0, _UINT64_MAX)
     if not isinstance(policy.allow_timeout_override, bool):
         raise PyTritonBadParameterError(
             f"{field}.allow_timeout_override must be True or False, got {policy.allow_timeout_override!r}."
         )
-    _check_int(policy.max_queue_size, f"{field}.max_queue_size", 0, _INT32_MAX, hint=" (0 means unlimited)")
+    check_int(policy.max_queue_size, f"{field}.max_queue_size", 0, _INT32_MAX, hint=" (0 means unlimited)")
 
 
 def _check_preserve_ordering(batcher: DynamicBatcher, levels: int, field: str) -> None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Sequence
-from typing import Any
 
 from tritonrt.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from tritonrt.model_config.common import DynamicBatcher
+from tritonrt.model_config.values import check_int
 
 __all__ = [
     "DirectStrategy",
@@ -67,27 +67,21 @@ class SequenceBatcher:
     max_sequence_idle_microseconds: int = 1_000_000
 
 
-def _integer(value: Any, field: str, minimum: int, maximum: int, hint: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= int(value) <= maximum:
-        raise PyTritonBadParameterError(f"{field} must be an integer in [{minimum}, {maximum}], got {value!r}{hint}.")
-    return int(value)
-
-
 def check_sequence_batcher(batcher: SequenceBatcher, max_batch_size: int, field: str) -> SequenceBatcher:
     """Check every value (each error names the field and its range); a copy of ``batcher``."""
-    _integer(batcher.max_sequence_idle_microseconds, f"{field}.max_sequence_idle_microseconds", 1, _UINT64_MAX)
+    check_int(batcher.max_sequence_idle_microseconds, f"{field}.max_sequence_idle_microseconds", 1, _UINT64_MAX)
     strategy = batcher.strategy
     where = f"{field}.strategy"
     if isinstance(strategy, DirectStrategy):
-        _integer(strategy.max_queue_delay_microseconds, f"{where}.max_queue_delay_microseconds", 0, _UINT64_MAX)
+        check_int(strategy.max_queue_delay_microseconds, f"{where}.max_queue_delay_microseconds", 0, _UINT64_MAX)
         utilization = strategy.minimum_slot_utilization
         if isinstance(utilization, bool) or not isinstance(utilization, numbers.Real) or not 0 <= utilization <= 1:
             raise PyTritonBadParameterError(
                 f"{where}.minimum_slot_utilization must be a number from 0 to 1, got {utilization!r}."
             )
     elif isinstance(strategy, OldestStrategy):
-        _integer(strategy.max_candidate_sequences, f"{where}.max_candidate_sequences", 1, _INT32_MAX)
-        _integer(strategy.max_queue_delay_microseconds, f"{where}.max_queue_delay_microseconds", 0, _UINT64_MAX)
+        check_int(strategy.max_candidate_sequences, f"{where}.max_candidate_sequences", 1, _INT32_MAX)
+        check_int(strategy.max_queue_delay_microseconds, f"{where}.max_queue_delay_microseconds", 0, _UINT64_MAX)
         preferred = strategy.preferred_batch_size
         if preferred is not None:
             if isinstance(preferred, (str, bytes)) or not isinstance(preferred, Sequence):
@@ -95,7 +89,7 @@ def check_sequence_batcher(batcher: SequenceBatcher, max_batch_size: int, field:
                     f"{where}.preferred_batch_size must be a list of ints, got {preferred!r}."
                 )
             for size in preferred:
-                _integer(size, f"{where}.preferred_batch_size entry", 1, max_batch_size,
+                check_int(size, f"{where}.preferred_batch_size entry", 1, max_batch_size,
                          f" (entries must be positive and <= config.max_batch_size={max_batch_size})")  # fmt: skip
         if not isinstance(strategy.preserve_ordering, bool):
             raise PyTritonBadParameterError(
