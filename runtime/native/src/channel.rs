@@ -51,7 +51,7 @@ pub enum Broken {
     Version {
         peer: u16,
     },
-    /// A header that cannot be decoded.
+    /// A header that cannot be decoded, or a METRICS message (which has no requests to fail instead).
     Unreadable(WireError),
     /// A message that is not an answer to the batch in flight.
     OutOfStep {

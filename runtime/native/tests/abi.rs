@@ -32,6 +32,10 @@ const OPAQUE: &[(&str, &str)] = &[
     ("ResponseFactory", "TRITONBACKEND_ResponseFactory"),
     ("Output", "TRITONBACKEND_Output"),
     ("InferenceTrace", "TRITONSERVER_InferenceTrace"),
+    ("MetricFamily", "TRITONSERVER_MetricFamily"),
+    ("Metric", "TRITONSERVER_Metric"),
+    ("MetricArgs", "TRITONSERVER_MetricArgs"),
+    ("Parameter", "TRITONSERVER_Parameter"),
 ];
 
 /// sys.rs's structs: their glibc struct and its fields, in the Rust struct's order.
@@ -65,6 +69,9 @@ const TRITON_CONSTANTS: &[(&str, &str)] = &[
     ("LOG_WARN", "TRITONSERVER_LOG_WARN"),
     ("LOG_ERROR", "TRITONSERVER_LOG_ERROR"),
     ("LOG_VERBOSE", "TRITONSERVER_LOG_VERBOSE"),
+    ("METRIC_KIND_COUNTER", "TRITONSERVER_METRIC_KIND_COUNTER"),
+    ("METRIC_KIND_GAUGE", "TRITONSERVER_METRIC_KIND_GAUGE"),
+    ("METRIC_KIND_HISTOGRAM", "TRITONSERVER_METRIC_KIND_HISTOGRAM"),
 ];
 
 /// sys.rs's constants that are not glibc's.
@@ -128,6 +135,7 @@ fn c_type(rust: &str) -> Result<String, String> {
         "u16" => "uint16_t",
         "u32" => "uint32_t",
         "u64" => "uint64_t",
+        "f64" => "double",
         "i16" => "int16_t",
         "i32" => "int32_t",
         "i64" => "int64_t",

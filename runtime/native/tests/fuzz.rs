@@ -95,7 +95,7 @@ fn golden_seeds() -> Vec<Vec<u8>> {
         .map(|path| std::fs::read(path).unwrap())
         .collect();
     seeds.sort();
-    assert!(seeds.len() >= 8);
+    assert!(seeds.len() >= 9);
     seeds
 }
 

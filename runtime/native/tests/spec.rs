@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use triton_tritonrt::dtype::DataType;
 use triton_tritonrt::json::{self, Json};
 use triton_tritonrt::wire::{
-    self, decode_body, encode, Body, Correlation, Header, Hello, Parameter, Request, Response, Tensor, Welcome,
-    HEADER_SIZE,
+    self, decode_body, encode, Body, Correlation, Header, Hello, Metric, Parameter, Request, Response, Tensor, Welcome,
+    HEADER_SIZE, METRIC_ADD, METRIC_COUNTER, METRIC_HISTOGRAM, METRIC_OBSERVE, METRIC_SET,
 };
 
 fn root() -> PathBuf {
@@ -58,6 +58,13 @@ fn int(value: &Json) -> i64 {
 
 fn text(value: &Json) -> &str {
     value.as_str().unwrap_or_else(|| panic!("a string, not {value:?}"))
+}
+
+fn float(value: &Json) -> f64 {
+    match value {
+        Json::Number(number) => number.parse().unwrap(),
+        other => panic!("a number, not {other:?}"),
+    }
 }
 
 fn field<'a>(object: &'a Json, key: &str) -> &'a Json {
@@ -124,10 +131,7 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
                                 "string" => Parameter::String(text(&p[2])),
                                 "int" => Parameter::Int(int(&p[2])),
                                 "bool" => Parameter::Bool(p[2].as_bool().unwrap()),
-                                _ => Parameter::Double(match &p[2] {
-                                    Json::Number(n) => n.parse().unwrap(),
-                                    _ => panic!(),
-                                }),
+                                _ => Parameter::Double(float(&p[2])),
                             };
                             (text(&p[0]), value)
                         })
@@ -159,6 +163,30 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
         wire::KIND_CANCEL => {
             Body::Cancel(field(b, "indices").as_array().unwrap().iter().map(|i| int(i) as u32).collect())
         }
+        wire::KIND_METRICS => Body::Metrics(
+            field(b, "metrics")
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| Metric {
+                    family_kind: int(field(m, "family_kind")) as u8,
+                    op: int(field(m, "op")) as u8,
+                    value: float(field(m, "value")),
+                    name: text(field(m, "name")),
+                    description: text(field(m, "description")),
+                    labels: field(m, "labels")
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|pair| {
+                            let pair = pair.as_array().unwrap();
+                            (text(&pair[0]), text(&pair[1]))
+                        })
+                        .collect(),
+                    buckets: field(m, "buckets").as_array().unwrap().iter().map(float).collect(),
+                })
+                .collect(),
+        ),
         _ => Body::Ack(number("count") as u32),
     };
     let header = Header {
@@ -185,7 +213,7 @@ fn vectors() -> Json {
 fn golden_messages_encode_byte_for_byte_and_decode_to_their_description() {
     let vectors = vectors();
     let vectors = vectors.as_array().unwrap();
-    assert_eq!(vectors.len(), 8, "one vector per kind");
+    assert_eq!(vectors.len(), 9, "one vector per kind");
     for vector in vectors {
         let name = text(field(vector, "name"));
         let raw = std::fs::read(root().join(format!("tests/golden/{name}.bin"))).unwrap();
@@ -204,5 +232,53 @@ fn golden_messages_encode_byte_for_byte_and_decode_to_their_description() {
         let meta = &raw[HEADER_SIZE..HEADER_SIZE + decoded.meta_length as usize];
         assert_eq!(decode_body(&decoded, meta).unwrap(), body, "{name}");
         assert_eq!(&raw[decoded.data_start()..], &data[..], "{name}");
+    }
+}
+
+/// The Metric record's rules (the specification's table): each refused with what is wrong.
+#[test]
+fn metric_updates_are_checked() {
+    type Change = fn(&mut Metric<'static>);
+    let cases: Vec<(Change, &str)> = vec![
+        (|m| m.value = -1.0, "not one a kind 0 allows"),
+        (|m| m.op = METRIC_SET, "not one a kind 0 allows"),
+        (|m| m.value = f64::NAN, "not a finite number"),
+        (|m| m.name = "2x", "not a Prometheus metric name"),
+        (|m| m.labels = vec![("__x", "v")], "not a label name"),
+        (|m| m.labels = vec![("a", "1"), ("a", "2")], "there twice"),
+        (|m| m.buckets = vec![1.0], "1 buckets for a metric of kind 0"),
+        (|m| m.family_kind = 7, "unknown metric kind 7"),
+        (
+            |m| {
+                m.family_kind = METRIC_HISTOGRAM;
+                m.op = METRIC_OBSERVE;
+                m.buckets = vec![1.0, 1.0];
+            },
+            "buckets must increase",
+        ),
+        (
+            |m| {
+                m.family_kind = METRIC_HISTOGRAM;
+                m.op = METRIC_OBSERVE;
+            },
+            "0 buckets for a metric of kind 2",
+        ),
+    ];
+    for (change, expected) in cases {
+        let mut metric = Metric {
+            family_kind: METRIC_COUNTER,
+            op: METRIC_ADD,
+            value: 2.0,
+            name: "app_total",
+            description: "d",
+            labels: vec![("model", "m")],
+            buckets: vec![],
+        };
+        change(&mut metric);
+        let mut out = Vec::new();
+        encode(&Header { seq: 4, ..Header::default() }, &Body::Metrics(vec![metric]), &[], &mut out);
+        let header = Header::decode(out[..HEADER_SIZE].try_into().unwrap()).unwrap();
+        let error = decode_body(&header, &out[HEADER_SIZE..HEADER_SIZE + header.meta_length as usize]).unwrap_err();
+        assert!(error.to_string().contains(expected), "{expected}: {error}");
     }
 }

@@ -32,7 +32,8 @@ def spec_constants() -> dict[str, int]:
 
 class FakeBackend:
     """The backend's end of a connection, in Python, for tests of the worker side: connect, say HELLO, send
-    batches (inline data, or in a region of its own passed by descriptor), read replies."""
+    batches (inline data, or in a region of its own passed by descriptor), read replies. METRICS messages are
+    collected in ``metrics`` (decoded), not returned by ``read``, as the backend applies them and reads on."""
 
     def __init__(self, path: pathlib.Path, hello, decoupled: bool = False):
         from tritonrt.proxy import wire
@@ -47,6 +48,7 @@ class FakeBackend:
         self.sock.sendall(wire.encode_message(header, wire.encode_hello(hello)))
         self.seq = 0
         self.region = None
+        self.metrics: list = []
 
     def read(self):
         """(header, whole message bytes); the descriptors that came with it go to self.fds."""
@@ -56,7 +58,12 @@ class FakeBackend:
                 header = wire.decode_header(self._buffer)
                 if len(self._buffer) >= header.total_length:
                     message, self._buffer = self._buffer[: header.total_length], self._buffer[header.total_length :]
-                    return header, message
+                    if header.kind != wire.KIND_METRICS:
+                        return header, message
+                    from tritonrt.proxy.wire_decode import decode_body
+
+                    self.metrics += decode_body(header, message)
+                    continue
             data, ancillary, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(16))
             if not data:
                 raise ConnectionError("the worker closed the connection")

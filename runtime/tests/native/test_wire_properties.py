@@ -89,6 +89,25 @@ def test_replies_round_trip(reply):
     assert decode(frame(wire.KIND_REPLY, wire.encode_reply(reply), len(reply))) == reply
 
 
+metric_names = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,15}", fullmatch=True)
+label_names = st.from_regex(r"[a-zA-Z][a-zA-Z0-9_]{0,7}", fullmatch=True)
+metric_updates = st.builds(
+    wire.MetricUpdate,
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.floats(allow_nan=False, allow_infinity=False),
+    metric_names,
+    st.text(max_size=20),
+    st.lists(st.tuples(label_names, st.text(max_size=8)), max_size=3, unique_by=lambda pair: pair[0]).map(tuple),
+    st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=4).map(lambda b: tuple(sorted(set(b)))),
+)
+
+
+@given(st.lists(metric_updates, max_size=4))
+def test_metric_updates_round_trip(updates):
+    assert decode(frame(wire.KIND_METRICS, wire.encode_metrics(updates), len(updates), 0)) == updates
+
+
 # Seeds for the hostile-bytes test: small tensors, so that the data is a small part of each message.
 SEED_DATA_LENGTH = 3**3 * 8 + 16
 seed_tensors = tensors(st.lists(st.integers(0, 3), max_size=3).map(tuple), SEED_DATA_LENGTH)
@@ -98,6 +117,9 @@ seeds = st.one_of(
     ),
     st.lists(responses(seed_tensors), min_size=1, max_size=3).map(
         lambda r: frame(wire.KIND_REPLY, wire.encode_reply(r), len(r), SEED_DATA_LENGTH)
+    ),
+    st.lists(metric_updates, min_size=1, max_size=3).map(
+        lambda m: frame(wire.KIND_METRICS, wire.encode_metrics(m), len(m), 0)
     ),
 )
 # One mutation: its kind, where (taken modulo the span it applies to) and a value.

@@ -58,9 +58,21 @@ def logical(vector: dict):
         body = (b["code"], b["message"])
     elif kind == wire.KIND_CANCEL:
         body = b["indices"]
+    elif kind == wire.KIND_METRICS:
+        body = [
+            wire.MetricUpdate(
+                m["family_kind"], m["op"], m["value"], m["name"], m["description"],
+                tuple((key, value) for key, value in m["labels"]), tuple(m["buckets"]),
+            )
+            for m in b["metrics"]
+        ]  # fmt: skip
     else:
         body = h["count"]
-    count = len(body) if kind in (wire.KIND_BATCH, wire.KIND_REPLY, wire.KIND_CANCEL) else h.get("count", 0)
+    count = (
+        len(body)
+        if kind in (wire.KIND_BATCH, wire.KIND_REPLY, wire.KIND_CANCEL, wire.KIND_METRICS)
+        else h.get("count", 0)
+    )
     fields = {key: h.get(key, 0) for key in ("flags", "seq", "region_size", "region_id", "peer_region_id")}
     return Header(kind, count=count, **fields), body, data
 
@@ -77,6 +89,7 @@ def encode(vector: dict) -> bytes:
         wire.KIND_BATCH_ERROR: lambda body: wire.encode_batch_error(*body),
         wire.KIND_CANCEL: wire.encode_cancel,
         wire.KIND_ACK: lambda body: b"",
+        wire.KIND_METRICS: wire.encode_metrics,
     }[kind](body)
     return wire.encode_message(header, meta, len(data)) + data
 

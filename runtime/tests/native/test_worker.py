@@ -13,6 +13,7 @@ from native_testlib import FakeBackend
 
 from tritonrt.decorators import batch
 from tritonrt.exceptions import PyTritonUnrecoverableError
+from tritonrt.metrics import Counter, Histogram
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.model_config.resolve import build_model_config
 from tritonrt.proxy import wire
@@ -180,6 +181,36 @@ def test_a_failed_batch_is_answered_request_by_request(harness):
     assert [r.status for r in responses] == [wire.STATUS_OUTPUTS, wire.STATUS_ERROR, wire.STATUS_OUTPUTS]
     assert responses[1].message == "ValueError: x must be positive"
     assert not header.flags & wire.FLAG_RETAINED  # the failed batch's exception holds no input either
+    reruns = [u for u in h.backend.metrics if u.name == "tritonrt_batch_reruns_total"]
+    assert [(u.value, u.labels) for u in reruns] == [(1.0, (("model", "m"),))]
+
+
+def test_metrics_updated_by_the_callable_go_with_its_answer(harness):
+    served = Counter("app_served_total", "Rows served", ("model",))
+    sizes = Histogram("app_batch_rows", "Rows per batch", buckets=(1, 2, 4))
+
+    def counting(requests):
+        if requests[0]["x"][0, 0] < 4:  # (x >= 4: a batch that updates nothing)
+            served.labels(model="m").inc(len(requests))
+            sizes.observe(len(requests))
+        return [{"y": r["x"]} for r in requests]
+
+    h = harness(counting)
+    h.send([[1.0], [2.0]])
+    header, _ = h.reply()  # (the METRICS message came first: the fake backend collected it)
+    assert header.kind == wire.KIND_REPLY
+    updates = {u.name: u for u in h.backend.metrics}
+    assert updates["app_served_total"].value == 2.0 and updates["app_served_total"].labels == (("model", "m"),)
+    assert updates["app_batch_rows"].op == wire.METRIC_OBSERVE and updates["app_batch_rows"].buckets == (1, 2, 4)
+    # tritonrt's own counters of the model start at 0 with its first answer (a series from the start)
+    assert updates["tritonrt_batch_reruns_total"].value == 0 and updates["tritonrt_worker_restarts_total"].value == 0
+    h.backend.metrics.clear()
+    h.send([[3.0]])
+    h.reply()
+    assert [(u.name, u.value) for u in h.backend.metrics] == [("app_served_total", 1.0), ("app_batch_rows", 1.0)]
+    h.send([[4.0]])
+    h.reply()  # nothing changed during this batch: no METRICS went before the reply
+    assert len(h.backend.metrics) == 2
 
 
 def test_strict_outputs_are_checked(harness):

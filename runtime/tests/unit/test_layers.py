@@ -4,7 +4,7 @@ other in a circle (inside a package too), and public modules declare ``__all__``
 
 Layers, lowest first; a module may import its own package and the layers below its own:
 
-    exceptions, _access, memory, constants  <  model_config  <  context  <  decorators  <  client  <  server
+    exceptions, _access, memory, constants, metrics  <  model_config  <  context  <  decorators  <  client  <  server
     <  proxy  <  models  <  triton, __main__
 """
 
@@ -20,7 +20,7 @@ import tritonrt
 PACKAGE_DIR = pathlib.Path(tritonrt.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    ("tritonrt.exceptions", "tritonrt._access", "tritonrt.memory", "tritonrt.constants"),
+    ("tritonrt.exceptions", "tritonrt._access", "tritonrt.memory", "tritonrt.constants", "tritonrt.metrics"),
     ("tritonrt.model_config",),
     ("tritonrt.context",),
     ("tritonrt.decorators",),

@@ -47,6 +47,7 @@ from tritonrt.models.instance import (
 )
 from tritonrt.models.workers import WorkerInfo
 from tritonrt.proxy.connection import WorkerConnection
+from tritonrt.proxy.own_metrics import WORKER_RESTARTS
 from tritonrt.proxy.wire import HEADER_SIZE, KIND_BATCH, WireError, decode_header
 from tritonrt.proxy.worker import CallableWorker
 from tritonrt.server.supervisor import describe_status
@@ -196,13 +197,14 @@ class ProcessInstance(InstanceWorker):
         with self._lock:
             if self._state not in (ProcessState.NEW, ProcessState.EXITED):
                 return  # serving already (a report about an earlier worker), or stopping
+            restart = self._state == ProcessState.EXITED
             self._state = ProcessState.STARTING
             self._timed_out = self._connected = False
         self.slot.reset()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent = os.getpid()
         try:
-            pid = _Forker.fork(lambda: _child_main(self._spec, self.listener, theirs, parent))
+            pid = _Forker.fork(lambda: _child_main(self._spec, self.listener, theirs, parent, restart))
         finally:
             theirs.close()
         with self._lock:
@@ -370,10 +372,15 @@ def _unread_batch(connection: socket.socket) -> int | None:
 # -- the worker process ----------------------------------------------------------------------------------------
 
 
-def _child_main(spec: ChildSpec, listener: TrackedListener, control: socket.socket, parent: int) -> NoReturn:
-    """The worker process: set up, serve until told to stop (or until this process's parent is gone), exit."""
+def _child_main(
+    spec: ChildSpec, listener: TrackedListener, control: socket.socket, parent: int, restart: bool
+) -> NoReturn:
+    """The worker process: set up, serve until told to stop (or until this process's parent is gone), exit.
+    ``restart``: it replaces a worker process of this instance that ended (counted in tritonrt's metrics)."""
     code = 1
     try:
+        if restart:
+            WORKER_RESTARTS.labels(spec.info.model_name).inc()
         _die_with_parent(parent)
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole group: the parent stops us

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
+from tritonrt import metrics
 from tritonrt.memory import data_address
 from tritonrt.proxy import wire
 from tritonrt.proxy.error_log import describe
@@ -36,12 +37,14 @@ from tritonrt.proxy.wire import (
     KIND_BATCH_ERROR,
     KIND_CANCEL,
     KIND_HELLO,
+    KIND_METRICS,
     KIND_REFUSE,
     KIND_REPLY,
     KIND_WELCOME,
     LOCATION_INLINE,
     LOCATION_RECEIVER_REGION,
     LOCATION_SENDER_REGION,
+    MAX_COUNT,
     RESPONSE_LAYOUT,
     STATUS_ERROR,
     STATUS_NONE,
@@ -203,7 +206,13 @@ class WorkerConnection:
 
     def _receive(self, timeout: float | None) -> tuple[Header, bytearray, int] | None:
         received = self.link.receive(timeout)
-        if received is not None and received[0].kind in (KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY):
+        if received is not None and received[0].kind in (
+            KIND_HELLO,
+            KIND_WELCOME,
+            KIND_REFUSE,
+            KIND_REPLY,
+            KIND_METRICS,
+        ):
             raise WireError(f"unexpected message of kind {received[0].kind}", breaks_stream=True)
         return received
 
@@ -317,7 +326,12 @@ class WorkerConnection:
             region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
         ))  # fmt: skip
         parts[0] = head = wire.encode_message(header, meta, inline_end)
-        self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
+        total = len(head) + inline_end
+        if metrics.REGISTRY.pending:  # (the metrics' updates go first, in the same send)
+            updates = _metrics_messages(seq)
+            parts.insert(0, updates)
+            total += len(updates)
+        self.link.send(parts, new_region.fd if new_region is not None else -1, total)
         if new_region is not None:
             new_region.close_fd()
 
@@ -403,7 +417,8 @@ class WorkerConnection:
             self._open = False
         flags = FLAG_RETAINED if self._retained() else 0
         meta = wire.encode_batch_error(code, message)
-        self.link.send([wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
+        updates = _metrics_messages(seq) if metrics.REGISTRY.pending else b""
+        self.link.send([updates, wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
 
     def close(self) -> None:
         self.link.close()
@@ -446,6 +461,15 @@ def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.n
             parts.append(tensor.payload)
             end += tensor.byte_length
     return parts, end
+
+
+def _metrics_messages(seq: int) -> bytes:
+    """The METRICS messages (MAX_COUNT updates each) of what this process's metrics changed since the last."""
+    updates = metrics.REGISTRY.drain()
+    return b"".join(
+        wire.encode_message(Header(KIND_METRICS, 0, len(chunk), seq), wire.encode_metrics(chunk))
+        for chunk in (updates[start : start + MAX_COUNT] for start in range(0, len(updates), MAX_COUNT))
+    )
 
 
 def _encode_records(records: list[_Record]) -> bytearray:

@@ -32,6 +32,7 @@ from typing import TypeVar
 from tritonrt.exceptions import PyTritonUnrecoverableError
 from tritonrt.proxy.connection import ErrorResponse
 from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
+from tritonrt.proxy.own_metrics import BATCH_RERUNS
 
 __all__ = ["RequestError", "answer_each"]
 
@@ -72,6 +73,7 @@ def answer_each(
             "and it is marked @no_retry, so every request of the batch fails; the error is in the server's log."
         )
         return [shared] * count
+    BATCH_RERUNS.labels(model).inc()
     outcomes: list[_T | RequestError] = []
     for request in requests:
         try:

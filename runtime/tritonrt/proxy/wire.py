@@ -1,4 +1,4 @@
-"""The wire protocol, version 2, between tritonrt's Triton backend and the process that serves the callables.
+"""The wire protocol, version 3, between tritonrt's Triton backend and the process that serves the callables.
 
 Defined in ``runtime/docs/wire-protocol.md``: this module's constants and layouts are checked against that page
 and against the Rust backend (golden messages in ``runtime/native/tests/golden/``). This module holds the
@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import NamedTuple, TypeAlias
 
+from tritonrt.metrics import MetricUpdate
+
 # What a message is read from: the bytes received (a bytearray being filled, or a view of one).
 Buffer: TypeAlias = "bytes | bytearray | memoryview"
 
@@ -24,6 +26,7 @@ __all__ = [
     "ELEMENT_SIZES",
     "HEADER_LAYOUT",
     "HELLO_LAYOUT",
+    "METRIC_LAYOUT",
     "REQUEST_LAYOUT",
     "RESPONSE_LAYOUT",
     "TENSOR_LAYOUT",
@@ -31,6 +34,7 @@ __all__ = [
     "HEADER_SIZE",
     "Header",
     "Hello",
+    "MetricUpdate",
     "RequestMeta",
     "ResponseMeta",
     "TensorMeta",
@@ -43,6 +47,7 @@ __all__ = [
     "encode_cancel",
     "encode_hello",
     "encode_message",
+    "encode_metrics",
     "encode_reply",
     "encode_text",
     "encode_welcome",
@@ -51,10 +56,11 @@ __all__ = [
 ]
 
 MAGIC = 0x57545254
-VERSION = 2
+VERSION = 3
 HEADER_SIZE = 64
 DATA_ALIGN = 64
 KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_BATCH, KIND_REPLY, KIND_BATCH_ERROR, KIND_CANCEL, KIND_ACK = range(1, 9)
+KIND_METRICS = 9
 FLAG_FINAL, FLAG_RETAINED, FLAG_NEW_REGION, FLAG_DECOUPLED = 1, 2, 4, 8
 LOCATION_INLINE, LOCATION_SENDER_REGION, LOCATION_RECEIVER_REGION = 0, 1, 2
 STATUS_OUTPUTS, STATUS_ERROR, STATUS_NONE = 0, 1, 2
@@ -75,6 +81,11 @@ MAX_REGION_BYTES = 1 << 40
 TENSOR_FIXED_SIZE = 24
 REQUEST_FIXED_SIZE = 32
 RESPONSE_FIXED_SIZE = 8
+METRIC_FIXED_SIZE = 16
+METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM = 0, 1, 2
+METRIC_ADD, METRIC_SET, METRIC_OBSERVE = 0, 1, 2
+MAX_LABELS = 64
+MAX_BUCKETS = 256
 # Every constant of the specification's constants block, by name (the module's upper-case integers).
 CONSTANTS: dict[str, int] = {name: value for name, value in globals().items() if name.isupper() and type(value) is int}
 
@@ -87,6 +98,7 @@ _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct(
 HELLO_LAYOUT = struct.Struct("<IIII")
 WELCOME_LAYOUT = struct.Struct("<IIIIQ")
 BATCH_ERROR_LAYOUT = struct.Struct("<B3x")
+METRIC_LAYOUT = struct.Struct("<BBHId")
 DIMS_LAYOUTS = [struct.Struct(f"<{n}q") for n in range(33)]
 ELEMENT_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 13: 4, 14: 2}
 _PADDING = bytes(64)
@@ -205,7 +217,7 @@ def decode_header(buffer: Buffer, offset: int = 0) -> Header:
             breaks_stream=True,
         )
     header = _new_header((kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, data_length))
-    if not KIND_HELLO <= kind <= KIND_ACK:
+    if not KIND_HELLO <= kind <= KIND_METRICS:
         raise WireError(f"unknown message kind {kind}", breaks_stream=True)
     if meta_length > MAX_META_BYTES or data_length > MAX_DATA_BYTES:
         raise WireError(f"message of {meta_length} + {data_length} bytes is over the limits", breaks_stream=True)
@@ -334,3 +346,19 @@ def encode_batch_error(code: int, message: str) -> bytearray:
 
 def encode_cancel(indices: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(indices)}I", *indices)
+
+
+def encode_metrics(updates: Sequence[MetricUpdate]) -> bytearray:
+    """The metadata of a METRICS message (the caller checked names, labels, values and buckets)."""
+    out = bytearray()
+    for update in updates:
+        buckets = update.buckets
+        out += METRIC_LAYOUT.pack(update.family_kind, update.op, len(update.labels), len(buckets), update.value)
+        _pack_str(out, update.name)
+        _pack_str(out, update.description)
+        for key, value in update.labels:
+            _pack_str(out, key)
+            _pack_str(out, value)
+        if buckets:
+            out += struct.pack(f"<{len(buckets)}d", *buckets)
+    return out

@@ -27,15 +27,20 @@ from tritonrt.proxy.wire import (
     KIND_BATCH_ERROR,
     KIND_CANCEL,
     KIND_HELLO,
+    KIND_METRICS,
     KIND_REFUSE,
     KIND_REPLY,
     KIND_WELCOME,
     LOCATION_INLINE,
     LOCATION_RECEIVER_REGION,
     LOCATION_SENDER_REGION,
+    MAX_BUCKETS,
+    MAX_LABELS,
     MAX_NAME_BYTES,
     MAX_NDIM,
     MAX_TEXT_BYTES,
+    METRIC_FIXED_SIZE,
+    METRIC_LAYOUT,
     REQUEST_FIXED_SIZE,
     REQUEST_LAYOUT,
     RESPONSE_FIXED_SIZE,
@@ -49,6 +54,7 @@ from tritonrt.proxy.wire import (
     Buffer,
     Header,
     Hello,
+    MetricUpdate,
     RequestMeta,
     ResponseMeta,
     TensorMeta,
@@ -222,6 +228,21 @@ class _Reader:
             return ResponseMeta(STATUS_NONE, [])
         raise WireError(f"{what}: unknown status {status} (n = {n})")
 
+    def metric(self, index: int) -> MetricUpdate:
+        """A METRICS record, its layout checked (what a metric may hold is the backend's to check)."""
+        what = f"metric update {index}"
+        family_kind, op, label_count, bucket_count, value = self.unpack(METRIC_LAYOUT, what)
+        if label_count > MAX_LABELS or bucket_count > MAX_BUCKETS:
+            raise WireError(
+                f"{what}: {label_count} labels, {bucket_count} buckets (limits {MAX_LABELS}, {MAX_BUCKETS})"
+            )
+        name = self.name(f"{what}: its name")
+        description = self.string(MAX_TEXT_BYTES, f"{what}: its description")
+        labels = tuple((self.name(f"{what}: a label"), self.string(MAX_TEXT_BYTES, f"{what}: a label value"))
+                       for _ in range(label_count))  # fmt: skip
+        buckets = struct.unpack_from(f"<{bucket_count}d", self.buffer, self.take(8 * bucket_count, what))
+        return MetricUpdate(family_kind, op, value, name, description, labels, buckets)
+
     def finish(self) -> None:
         if self.at != self.end:
             raise WireError(f"{self.end - self.at} bytes of metadata left over after the records")
@@ -286,6 +307,9 @@ def decode_body(header: Header, buffer: Buffer, start: int = 0) -> Any:
         body = list(struct.unpack_from(f"<{count}I", buffer, reader.take(4 * count, "CANCEL")))
     elif kind == KIND_ACK:
         body = header.count
+    elif kind == KIND_METRICS:
+        count = reader.count(header.count, METRIC_FIXED_SIZE + 8, "metric updates")
+        body = [reader.metric(index) for index in range(count)]
     else:
         raise WireError(f"unknown message kind {kind}")
     reader.finish()

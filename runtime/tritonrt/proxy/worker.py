@@ -27,6 +27,7 @@ from tritonrt.proxy.connection import (
 )
 from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
 from tritonrt.proxy.isolation import answer_each
+from tritonrt.proxy.own_metrics import zero_own_metrics
 from tritonrt.proxy.listener import WorkerListener
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.telemetry import flush_spans, request_spans
@@ -106,6 +107,7 @@ class CallableWorker(threading.Thread):
                 except OSError:
                     break
                 self._connection = connection
+                zero_own_metrics(self._config.model_name)
                 try:
                     while not self._stopping.is_set():
                         self._serve_next(connection)

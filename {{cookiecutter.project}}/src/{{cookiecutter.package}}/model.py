@@ -38,8 +38,10 @@ from collections.abc import Iterator
 
 import numpy as np
 from tritonrt.decorators import {{ "batch" if batching else "sample" }}
+from tritonrt.metrics import Histogram
 
 from {{ cookiecutter.package }} import placeholder  # YOUR MODEL: delete with placeholder.py
+from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.model_files import model_file
 
 {%- if pytorch %}
@@ -51,6 +53,14 @@ except ImportError:  # torch is the optional extra "torch"
 {%- endif %}
 
 LOGGER = logging.getLogger(__name__)
+# The model's own metric (tritonrt.metrics: Counter, Gauge, Histogram), published on the metrics port beside
+# Triton's and read by the dashboard's "Model: predict time" panel. YOUR MODEL: keep it, add your own, or delete.
+PREDICT_SECONDS = Histogram(
+    "{{ cookiecutter.package }}_predict_seconds",
+    "Seconds Model.predict takes per call (a batch)",
+    ("model",),
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
 {%- if streaming %}
 STREAM_CHUNKS = 3  # responses the streaming model sends for each request
 {%- endif %}
@@ -132,7 +142,8 @@ class Model:
         the bad ones fail, each with its own error; mark it ``@no_retry`` (``tritonrt.decorators``) if it
         must not run twice on a request.
         """
-        return self.predict(**inputs)
+        with PREDICT_SECONDS.labels(spec.MODEL_NAME).time():
+            return self.predict(**inputs)
 {%- if streaming %}
 
     @{{ "batch" if batching else "sample" }}
@@ -141,7 +152,8 @@ class Model:
 
         YOUR MODEL: yield partial results as they are ready (tokens, frames, refinements).
         """
-        outputs = self.predict(**inputs)
+        with PREDICT_SECONDS.labels(spec.STREAM_MODEL_NAME).time():
+            outputs = self.predict(**inputs)
         for _ in range(STREAM_CHUNKS):
             yield outputs
 {%- endif %}

@@ -10,8 +10,8 @@ use crate::dtype::{check_bytes_serialization, element_count, DataType};
 use crate::error::Error;
 use crate::sys::Mapping;
 use crate::wire::{
-    decode_body, Body, Response, Tensor, ERROR_INTERNAL, FLAG_FINAL, FLAG_RETAINED, KIND_BATCH_ERROR, KIND_REPLY,
-    LOCATION_INLINE, LOCATION_RECEIVER_REGION, LOCATION_SENDER_REGION,
+    decode_body, Body, Response, Tensor, ERROR_INTERNAL, FLAG_FINAL, FLAG_RETAINED, KIND_BATCH_ERROR, KIND_METRICS,
+    KIND_REPLY, LOCATION_INLINE, LOCATION_RECEIVER_REGION, LOCATION_SENDER_REGION,
 };
 
 /// How often a wait for the worker's answer checks whether clients cancelled.
@@ -30,6 +30,15 @@ impl Executor {
             let waited = last_check.elapsed().as_millis().min(CANCEL_CHECK_MS as u128) as i32;
             if let Some(incoming) = channel.poll_message(CANCEL_CHECK_MS - waited)? {
                 let header = incoming.header;
+                if header.kind == KIND_METRICS && header.seq == seq {
+                    // The worker's metric updates: applied, and the wait goes on (not a reply).
+                    match decode_body(&header, incoming.meta) {
+                        Ok(Body::Metrics(updates)) => self.metrics.apply(&updates),
+                        Ok(_) => unreachable!("a METRICS header decodes to metrics"),
+                        Err(error) => return Err(Broken::Unreadable(error)),
+                    }
+                    continue;
+                }
                 if header.seq != seq || (header.kind != KIND_REPLY && header.kind != KIND_BATCH_ERROR) {
                     return Err(Broken::OutOfStep { batch: seq, kind: header.kind, seq: header.seq });
                 }
@@ -62,6 +71,7 @@ impl Executor {
                     })
                     .collect();
                 if !cancelled.is_empty() {
+                    self.metrics.cancelled(cancelled.len());
                     channel.send_control(seq, &Body::Cancel(cancelled))?;
                 }
             }

@@ -12,7 +12,7 @@ use crate::batch::Batch;
 use crate::channel::{Broken, Channel, ConnectError, SendFailed};
 use crate::error::Error;
 use crate::sys;
-use crate::wire::Hello;
+use crate::wire::{Hello, Metric};
 
 use send::SendError;
 
@@ -42,11 +42,33 @@ pub struct Timing {
     pub batch_size: u64,
 }
 
+/// Where an executor reports what is counted: the worker's METRICS updates, and its own events. The backend's
+/// sink publishes them on Triton's metrics (triton/metrics.rs); `NoMetrics` drops them.
+pub trait MetricSink: Send {
+    /// The updates of a METRICS message, in order.
+    fn apply(&self, updates: &[Metric<'_>]);
+    /// A batch was answered, `busy_ns` after it was sent.
+    fn batch_done(&self, _busy_ns: u64) {}
+    /// The executor connected to its worker again (not the first connection).
+    fn reconnected(&self) {}
+    /// `count` requests' cancellations were passed to the worker.
+    fn cancelled(&self, _count: usize) {}
+}
+
+/// A sink that drops everything (the executor's tests, and until the backend sets one).
+pub struct NoMetrics;
+
+impl MetricSink for NoMetrics {
+    fn apply(&self, _updates: &[Metric<'_>]) {}
+}
+
 pub struct Executor {
     pub target: Target,
     channel: Option<Channel>,
     seq: u64,
     message: Vec<u8>,
+    metrics: Box<dyn MetricSink>,
+    connections: u64,
 }
 
 /// A request of the batch that reached the worker: its index in the batch, and whether it has its final
@@ -60,7 +82,13 @@ struct Live {
 
 impl Executor {
     pub fn new(target: Target) -> Executor {
-        Executor { target, channel: None, seq: 0, message: Vec::new() }
+        Executor { target, channel: None, seq: 0, message: Vec::new(), metrics: Box::new(NoMetrics), connections: 0 }
+    }
+
+    /// Report to `metrics` from now on.
+    pub fn with_metrics(mut self, metrics: Box<dyn MetricSink>) -> Executor {
+        self.metrics = metrics;
+        self
     }
 
     /// Connect and shake hands, unless connected.
@@ -80,6 +108,10 @@ impl Executor {
         };
         let channel = Channel::connect(&target.socket, &hello, target.decoupled, target.owner, HANDSHAKE_TIMEOUT)?;
         self.channel = Some(channel);
+        self.connections += 1;
+        if self.connections > 1 {
+            self.metrics.reconnected();
+        }
         Ok(())
     }
 
@@ -144,6 +176,7 @@ impl Executor {
             }
         }
         timing.compute_end_ns = sys::monotonic_ns();
+        self.metrics.batch_done(timing.compute_end_ns.saturating_sub(timing.compute_start_ns));
         for request in live.iter().filter(|request| !request.done) {
             // The answer ended without a final response for this request.
             if self.target.decoupled {

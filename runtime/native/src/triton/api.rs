@@ -54,6 +54,22 @@ pub struct Output {
 pub struct InferenceTrace {
     _opaque: [u8; 0],
 }
+#[repr(C)]
+pub struct MetricFamily {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Metric {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct MetricArgs {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct Parameter {
+    _opaque: [u8; 0],
+}
 
 /// The backend API this library is written against: major must match, minor is the least we need
 /// (1.16 added request cancellation, Triton 23.10; tritonrt's servers are 24.x and NGC 25.x, API 1.19).
@@ -74,6 +90,10 @@ pub const LOG_INFO: u32 = 0;
 pub const LOG_WARN: u32 = 1;
 pub const LOG_ERROR: u32 = 2;
 pub const LOG_VERBOSE: u32 = 3;
+/// TRITONSERVER_MetricKind (the wire's METRIC_* kinds take these values).
+pub const METRIC_KIND_COUNTER: u32 = 0;
+pub const METRIC_KIND_GAUGE: u32 = 1;
+pub const METRIC_KIND_HISTOGRAM: u32 = 2;
 /// cudaMemcpyKind values.
 pub const CUDA_HOST_TO_DEVICE: c_int = 1;
 pub const CUDA_DEVICE_TO_HOST: c_int = 2;
@@ -179,6 +199,21 @@ api_table! {
         // reach the worker without a trace context.
         request_trace: "TRITONBACKEND_RequestTrace" => fn(*mut Request, *mut *mut InferenceTrace) -> *mut TritonError;
         trace_context: "TRITONSERVER_InferenceTraceContext" => fn(*mut InferenceTrace, *mut *const c_char) -> *mut TritonError;
+        // Custom metrics (Triton 22.07+; histograms, MetricArgs and Observe since Triton 24.05): without them the
+        // worker's METRICS updates are dropped, with one warning per family.
+        metric_family_new: "TRITONSERVER_MetricFamilyNew" => fn(*mut *mut MetricFamily, u32, *const c_char, *const c_char) -> *mut TritonError;
+        metric_family_delete: "TRITONSERVER_MetricFamilyDelete" => fn(*mut MetricFamily) -> *mut TritonError;
+        metric_new: "TRITONSERVER_MetricNew" => fn(*mut *mut Metric, *mut MetricFamily, *mut *const Parameter, u64) -> *mut TritonError;
+        metric_new_with_args: "TRITONSERVER_MetricNewWithArgs" => fn(*mut *mut Metric, *mut MetricFamily, *mut *const Parameter, u64, *const MetricArgs) -> *mut TritonError;
+        metric_delete: "TRITONSERVER_MetricDelete" => fn(*mut Metric) -> *mut TritonError;
+        metric_increment: "TRITONSERVER_MetricIncrement" => fn(*mut Metric, f64) -> *mut TritonError;
+        metric_set: "TRITONSERVER_MetricSet" => fn(*mut Metric, f64) -> *mut TritonError;
+        metric_observe: "TRITONSERVER_MetricObserve" => fn(*mut Metric, f64) -> *mut TritonError;
+        metric_args_new: "TRITONSERVER_MetricArgsNew" => fn(*mut *mut MetricArgs) -> *mut TritonError;
+        metric_args_set_histogram: "TRITONSERVER_MetricArgsSetHistogram" => fn(*mut MetricArgs, *const f64, u64) -> *mut TritonError;
+        metric_args_delete: "TRITONSERVER_MetricArgsDelete" => fn(*mut MetricArgs) -> *mut TritonError;
+        parameter_new: "TRITONSERVER_ParameterNew" => fn(*const c_char, u32, *const c_void) -> *mut Parameter;
+        parameter_delete: "TRITONSERVER_ParameterDelete" => fn(*mut Parameter);
     }
 }
 

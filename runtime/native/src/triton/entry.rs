@@ -11,6 +11,7 @@ use super::api::{
     self, api, Backend, Model, ModelInstance, Request, TritonError, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM,
     LOG_ERROR, LOG_INFO,
 };
+use super::metrics::{self, InstanceMetrics};
 use super::requests::TritonBatch;
 use super::{check, log, new_error, text};
 use crate::config::{instance_index, Connection, ModelConfig};
@@ -76,7 +77,10 @@ pub extern "C" fn TRITONBACKEND_Initialize(_backend: *mut Backend) -> *mut Trito
 
 #[no_mangle]
 pub extern "C" fn TRITONBACKEND_Finalize(_backend: *mut Backend) -> *mut TritonError {
-    ptr::null_mut()
+    guarded("TRITONBACKEND_Finalize", || {
+        metrics::finalize(); // every instance is finalized: no executor reports any more
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -159,7 +163,8 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ModelInst
             token: state.connection.token.clone(),
             owner: state.connection.owner,
             api_version: state.api_version,
-        });
+        })
+        .with_metrics(Box::new(InstanceMetrics::new(&state.config.name, name)));
         executor.connect().map_err(|e| Error::unavailable(format!("tritonrt backend: instance {name:?}: {e}")))?;
         let state = Box::new(InstanceState { decoupled: state.config.decoupled, executor: Mutex::new(executor) });
         // SAFETY: Triton keeps the pointer until ModelInstanceFinalize, which takes the box back.

@@ -1,8 +1,9 @@
-//! The FFI layer: Triton's C API (`api`), the exported backend entry points (`entry`) and Triton's
-//! requests as a `Batch` (`requests`). All `unsafe` code that touches Triton's objects lives here.
+//! The FFI layer: Triton's C API (`api`), the exported backend entry points (`entry`), Triton's requests as
+//! a `Batch` (`requests`) and Triton's custom metrics (`metrics`). All `unsafe` code that touches Triton's objects lives here.
 
 pub mod api;
 mod entry;
+mod metrics;
 mod requests;
 
 use std::ffi::{c_char, CStr, CString};

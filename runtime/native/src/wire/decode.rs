@@ -166,6 +166,61 @@ impl<'a> Reader<'a> {
         let trace_context = self.str(MAX_TEXT_BYTES, &format!("{what}: its trace context"))?;
         Ok(Request { id, flags, correlation, parameters, requested_outputs, inputs, trace_context })
     }
+    fn f64(&mut self, what: &str) -> Result<f64, WireError> {
+        let value = f64::from_bits(self.u64(what)?);
+        if !value.is_finite() {
+            return Err(malformed(format!("{what}: {value} is not a finite number")));
+        }
+        Ok(value)
+    }
+    fn metric(&mut self, index: usize) -> Result<Metric<'a>, WireError> {
+        let what = format!("metric update {index}");
+        let family_kind = self.u8(&what)?;
+        let op = self.u8(&what)?;
+        let label_count = self.u16(&what)?;
+        let bucket_count = self.u32(&what)?;
+        let value = self.f64(&what)?;
+        let allowed = match family_kind {
+            METRIC_COUNTER => op == METRIC_ADD && value >= 0.0,
+            METRIC_GAUGE => op == METRIC_ADD || op == METRIC_SET,
+            METRIC_HISTOGRAM => op == METRIC_OBSERVE,
+            other => return Err(malformed(format!("{what}: unknown metric kind {other}"))),
+        };
+        if !allowed {
+            return Err(malformed(format!(
+                "{what}: operation {op} with value {value} is not one a kind {family_kind} allows"
+            )));
+        }
+        let name = self.name(&format!("{what}: its name"))?;
+        if !is_metric_name(name) {
+            return Err(malformed(format!("{what}: {name:?} is not a Prometheus metric name")));
+        }
+        let description = self.str(MAX_TEXT_BYTES, &format!("{what}: its description"))?;
+        if label_count > MAX_LABELS {
+            return Err(malformed(format!("{what}: {label_count} labels (limit {MAX_LABELS})")));
+        }
+        let mut labels: Vec<(&str, &str)> = Vec::with_capacity(self.count(label_count as u32, 8, &what)?);
+        for _ in 0..label_count {
+            let key = self.name(&format!("{what}: a label name"))?;
+            if !is_label_name(key) || labels.iter().any(|(seen, _)| *seen == key) {
+                return Err(malformed(format!("{what}: label {key:?} is not a label name, or is there twice")));
+            }
+            labels.push((key, self.str(MAX_TEXT_BYTES, &format!("{what}: label {key:?}"))?));
+        }
+        let histogram = family_kind == METRIC_HISTOGRAM;
+        if (histogram && !(1..=MAX_BUCKETS).contains(&bucket_count)) || (!histogram && bucket_count != 0) {
+            return Err(malformed(format!("{what}: {bucket_count} buckets for a metric of kind {family_kind}")));
+        }
+        let mut buckets: Vec<f64> = Vec::with_capacity(self.count(bucket_count, 8, &what)?);
+        for _ in 0..bucket_count {
+            let bound = self.f64(&format!("{what}: a bucket"))?;
+            if buckets.last().is_some_and(|last| *last >= bound) {
+                return Err(malformed(format!("{what}: buckets must increase ({bound} follows a larger one)")));
+            }
+            buckets.push(bound);
+        }
+        Ok(Metric { family_kind, op, value, name, description, labels, buckets })
+    }
     fn response(&mut self, header: &Header, index: usize) -> Result<Response<'a>, WireError> {
         let what = format!("response {index}");
         let status = self.u8(&what)?;
@@ -184,6 +239,21 @@ impl<'a> Reader<'a> {
             other => Err(malformed(format!("{what}: unknown status {other} (n = {n})"))),
         }
     }
+}
+
+/// A Prometheus metric name: `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+fn is_metric_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|first| first.is_ascii_alphabetic() || first == b'_' || first == b':')
+        && bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b':')
+}
+
+/// A Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`, not starting with `__` (reserved).
+fn is_label_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    !name.starts_with("__")
+        && bytes.next().is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+        && bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
 }
 
 /// Decode the metadata `meta` of a message whose header is `header`. Every field is checked; inline tensors
@@ -231,6 +301,10 @@ pub fn decode_body<'a>(header: &Header, meta: &'a [u8]) -> Result<Body<'a>, Wire
             Body::Cancel((0..count).map(|_| reader.u32("CANCEL")).collect::<Result<_, _>>()?)
         }
         KIND_ACK => Body::Ack(header.count),
+        KIND_METRICS => {
+            let count = reader.count(header.count, METRIC_FIXED_SIZE + 8, "metric updates")?;
+            Body::Metrics((0..count).map(|index| reader.metric(index)).collect::<Result<_, _>>()?)
+        }
         other => return Err(malformed(format!("unknown message kind {other}"))),
     };
     if reader.at != meta.len() {
@@ -285,6 +359,29 @@ mod tests {
         ]
     }
 
+    fn sample_metrics() -> Vec<Metric<'static>> {
+        vec![
+            Metric {
+                family_kind: METRIC_COUNTER,
+                op: METRIC_ADD,
+                value: 2.0,
+                name: "app_total",
+                description: "d",
+                labels: vec![("model", "m")],
+                buckets: vec![],
+            },
+            Metric {
+                family_kind: METRIC_HISTOGRAM,
+                op: METRIC_OBSERVE,
+                value: 0.3,
+                name: "app:seconds",
+                description: "",
+                labels: vec![],
+                buckets: vec![0.1, 1.0],
+            },
+        ]
+    }
+
     fn framed(body: &Body<'_>, data: &[u8], region_id: u32) -> (Header, Vec<u8>) {
         let mut out = Vec::new();
         encode(&Header { seq: 4, region_id, ..Header::default() }, body, data, &mut out);
@@ -328,6 +425,7 @@ mod tests {
             Body::BatchError { code: ERROR_INTERNAL, message: "boom" },
             Body::Cancel(vec![0, 5]),
             Body::Ack(3),
+            Body::Metrics(sample_metrics()),
         ];
         for body in bodies {
             let mut out = Vec::new();

@@ -83,6 +83,22 @@ impl Writer<'_> {
         }
         self.str(request.trace_context);
     }
+    fn metric(&mut self, metric: &Metric<'_>) {
+        self.u8(metric.family_kind);
+        self.u8(metric.op);
+        self.u16(metric.labels.len() as u16);
+        self.u32(metric.buckets.len() as u32);
+        self.u64(metric.value.to_bits());
+        self.str(metric.name);
+        self.str(metric.description);
+        for (key, value) in &metric.labels {
+            self.str(key);
+            self.str(value);
+        }
+        for bound in &metric.buckets {
+            self.u64(bound.to_bits());
+        }
+    }
     fn response(&mut self, response: &Response<'_>) {
         match response {
             Response::Outputs(outputs) => {
@@ -146,6 +162,7 @@ pub fn encode_head(header: &Header, body: &Body<'_>, data_length: u64, out: &mut
         }
         Body::Cancel(indices) => indices.iter().for_each(|&index| writer.u32(index)),
         Body::Ack(_) => {}
+        Body::Metrics(metrics) => metrics.iter().for_each(|metric| writer.metric(metric)),
     }
     let header = Header {
         kind: body.kind(),

@@ -1,4 +1,4 @@
-//! The wire protocol, version 2, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
+//! The wire protocol, version 3, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
 //! tests check these constants and the golden messages against it).
 //!
 //! Decoding never trusts the peer: every count, length, offset, type and name is checked before use, and a
@@ -12,12 +12,12 @@ mod records;
 pub use decode::decode_body;
 pub use encode::{encode, encode_head};
 pub use header::{Header, HEADER_SIZE};
-pub use records::{Body, Correlation, Hello, Parameter, Request, Response, Tensor, Welcome};
+pub use records::{Body, Correlation, Hello, Metric, Parameter, Request, Response, Tensor, Welcome};
 
 use std::fmt;
 
 pub const MAGIC: u32 = 0x5754_5254;
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const DATA_ALIGN: usize = 64;
 
 pub const KIND_HELLO: u16 = 1;
@@ -28,6 +28,7 @@ pub const KIND_REPLY: u16 = 5;
 pub const KIND_BATCH_ERROR: u16 = 6;
 pub const KIND_CANCEL: u16 = 7;
 pub const KIND_ACK: u16 = 8;
+pub const KIND_METRICS: u16 = 9;
 
 pub const FLAG_FINAL: u32 = 1;
 pub const FLAG_RETAINED: u32 = 2;
@@ -70,6 +71,15 @@ pub const MAX_REGION_BYTES: u64 = 1 << 40;
 pub const TENSOR_FIXED_SIZE: usize = 24;
 pub const REQUEST_FIXED_SIZE: usize = 32;
 pub const RESPONSE_FIXED_SIZE: usize = 8;
+pub const METRIC_FIXED_SIZE: usize = 16;
+pub const METRIC_COUNTER: u8 = 0;
+pub const METRIC_GAUGE: u8 = 1;
+pub const METRIC_HISTOGRAM: u8 = 2;
+pub const METRIC_ADD: u8 = 0;
+pub const METRIC_SET: u8 = 1;
+pub const METRIC_OBSERVE: u8 = 2;
+pub const MAX_LABELS: u16 = 64;
+pub const MAX_BUCKETS: u32 = 256;
 
 /// Every constant of the specification's constants block, by its name there.
 pub const CONSTANTS: &[(&str, u64)] = &[
@@ -85,6 +95,7 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("KIND_BATCH_ERROR", KIND_BATCH_ERROR as u64),
     ("KIND_CANCEL", KIND_CANCEL as u64),
     ("KIND_ACK", KIND_ACK as u64),
+    ("KIND_METRICS", KIND_METRICS as u64),
     ("FLAG_FINAL", FLAG_FINAL as u64),
     ("FLAG_RETAINED", FLAG_RETAINED as u64),
     ("FLAG_NEW_REGION", FLAG_NEW_REGION as u64),
@@ -134,6 +145,15 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("TENSOR_FIXED_SIZE", TENSOR_FIXED_SIZE as u64),
     ("REQUEST_FIXED_SIZE", REQUEST_FIXED_SIZE as u64),
     ("RESPONSE_FIXED_SIZE", RESPONSE_FIXED_SIZE as u64),
+    ("METRIC_FIXED_SIZE", METRIC_FIXED_SIZE as u64),
+    ("METRIC_COUNTER", METRIC_COUNTER as u64),
+    ("METRIC_GAUGE", METRIC_GAUGE as u64),
+    ("METRIC_HISTOGRAM", METRIC_HISTOGRAM as u64),
+    ("METRIC_ADD", METRIC_ADD as u64),
+    ("METRIC_SET", METRIC_SET as u64),
+    ("METRIC_OBSERVE", METRIC_OBSERVE as u64),
+    ("MAX_LABELS", MAX_LABELS as u64),
+    ("MAX_BUCKETS", MAX_BUCKETS as u64),
 ];
 
 /// The constants as the specification's block writes them (`NAME = value` lines).

@@ -71,6 +71,19 @@ pub struct Welcome<'a> {
     pub worker_version: &'a str,
 }
 
+/// One update of one metric (a METRICS record), checked: a Prometheus name, label names, a finite value, the
+/// operation its kind allows, increasing finite buckets for a histogram (none for the other kinds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metric<'a> {
+    pub family_kind: u8,
+    pub op: u8,
+    pub value: f64,
+    pub name: &'a str,
+    pub description: &'a str,
+    pub labels: Vec<(&'a str, &'a str)>,
+    pub buckets: Vec<f64>,
+}
+
 /// A message's metadata, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body<'a> {
@@ -86,6 +99,7 @@ pub enum Body<'a> {
     Cancel(Vec<u32>),
     /// The count of replies processed.
     Ack(u32),
+    Metrics(Vec<Metric<'a>>),
 }
 
 impl Body<'_> {
@@ -99,6 +113,7 @@ impl Body<'_> {
             Body::BatchError { .. } => KIND_BATCH_ERROR,
             Body::Cancel(_) => KIND_CANCEL,
             Body::Ack(_) => KIND_ACK,
+            Body::Metrics(_) => KIND_METRICS,
         }
     }
 
@@ -109,6 +124,7 @@ impl Body<'_> {
             Body::Reply(responses) => responses.len() as u32,
             Body::Cancel(indices) => indices.len() as u32,
             Body::Ack(count) => *count,
+            Body::Metrics(metrics) => metrics.len() as u32,
             _ => 0,
         }
     }
