@@ -381,7 +381,7 @@ def test_every_dashboard_query_returns_a_series(live: Live, objects: list[dict[s
         if is_gpu_only(query) and not gpu:  # excepted: no GPU here, so Triton exports no GPU metric
             assert live.answers[query] == [], query
             continue
-        if is_model_own(query) and not model_metrics_defined():  # excepted: the model publishes no metric of its own
+        if is_model_own(query) and not model_metrics_defined():  # excepted: the model has none of its own
             continue
         assert live.answers[query], query
         models = {series["metric"]["model"] for series in live.answers[query] if "model" in series["metric"]}

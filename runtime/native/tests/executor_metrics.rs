@@ -59,7 +59,8 @@ fn fp32(value: f32) -> FakeBatch {
 #[test]
 fn metric_updates_before_the_reply_reach_the_sink_and_the_batch_is_answered() {
     let dir = temp_dir("metrics");
-    let (socket, worker) = spawn_worker(&dir, welcome(1024, 1 << 30), 2, |mut end| {
+    let (closed, is_closed) = std::sync::mpsc::channel();
+    let (socket, worker) = spawn_worker(&dir, welcome(1024, 1 << 30), 2, move |mut end| {
         let batch = end.read().unwrap();
         let histogram = Metric {
             family_kind: METRIC_HISTOGRAM,
@@ -73,7 +74,8 @@ fn metric_updates_before_the_reply_reach_the_sink_and_the_batch_is_answered() {
         let header = Header { seq: batch.header.seq, ..Header::default() };
         end.send(header, &Body::Metrics(vec![counter(2.0), histogram]), &[]);
         end.echo(&batch);
-        // the connection ends: the next batch connects again (a reconnection)
+        drop(end); // the connection ends: the next batch connects again (a reconnection)
+        closed.send(()).unwrap();
     });
     let recorder = Recorder::default();
     let mut executor = executor(socket, false).with_metrics(Box::new(recorder.clone()));
@@ -82,6 +84,7 @@ fn metric_updates_before_the_reply_reach_the_sink_and_the_batch_is_answered() {
         executor.execute(&mut batch);
         batch.assert_all_answered();
         assert_eq!(batch.outputs(0)[0].data, value.to_le_bytes(), "{:?}", batch.failure(0));
+        is_closed.recv().unwrap(); // (a batch sent before the close would fail: not what this test is about)
     }
     worker.join().unwrap();
     let log = recorder.0.lock().unwrap();

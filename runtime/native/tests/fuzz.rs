@@ -1,6 +1,7 @@
 //! A mutation fuzzer for everything the backend reads from its peer or from files: message headers and
 //! bodies (from valid seeds: the golden messages and replies of every shape), the model configuration JSON and
-//! the connection file; then whole replies through the executor. Nothing may panic or hang, and every request
+//! the connection file; METRICS messages, whose accepted updates must be checked ones that encode back the same;
+//! then whole replies, some after METRICS, through the executor. Nothing may panic or hang, and every request
 //! gets exactly one answer. Seeded, so a failure reproduces: TRITONRT_FUZZ_SEED, TRITONRT_FUZZ_ITERATIONS.
 
 mod support;
@@ -14,8 +15,9 @@ use triton_tritonrt::config::{Connection, ModelConfig};
 use triton_tritonrt::dtype::DataType;
 use triton_tritonrt::json;
 use triton_tritonrt::wire::{
-    decode_body, encode, Body, Header, Response, Tensor, FLAG_FINAL, HEADER_SIZE, LOCATION_INLINE,
-    LOCATION_RECEIVER_REGION, LOCATION_SENDER_REGION,
+    decode_body, encode, Body, Header, Metric, Response, Tensor, FLAG_FINAL, HEADER_SIZE, KIND_METRICS,
+    LOCATION_INLINE, LOCATION_RECEIVER_REGION, LOCATION_SENDER_REGION, MAX_BUCKETS, MAX_LABELS, METRIC_ADD,
+    METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM, METRIC_OBSERVE, METRIC_SET,
 };
 
 /// xorshift64*: small, seeded, good enough to pick mutations.
@@ -99,6 +101,11 @@ fn golden_seeds() -> Vec<Vec<u8>> {
     seeds
 }
 
+/// The golden METRICS message.
+fn golden_metrics() -> Vec<u8> {
+    std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metrics.bin")).unwrap()
+}
+
 /// Decode `bytes` as the backend does: header, then the body when its metadata is there. Which stage it
 /// reached: 0 refused header, 1 refused body, 2 decoded.
 fn decode_like_the_backend(bytes: &[u8]) -> usize {
@@ -126,6 +133,64 @@ fn hostile_messages_never_panic_the_decoder() {
     }
     // The mutations must exercise the body decoder, both ways, not just bounce off the header check.
     assert!(reached[1] > count / 20 && reached[2] > count / 20, "stages reached: {reached:?}");
+}
+
+/// What the decoder promises of a METRICS record it accepts (the backend hands these to Triton unchecked).
+fn assert_checked(metric: &Metric<'_>) {
+    let name_ok = |name: &str, colon: bool| {
+        let ok = |byte: u8, first: bool| {
+            byte.is_ascii_alphabetic() || byte == b'_' || (colon && byte == b':') || (!first && byte.is_ascii_digit())
+        };
+        name.bytes().enumerate().all(|(at, byte)| ok(byte, at == 0)) && !name.is_empty()
+    };
+    assert!(name_ok(metric.name, true), "{metric:?}");
+    assert!(metric.value.is_finite(), "{metric:?}");
+    match (metric.family_kind, metric.op) {
+        (METRIC_COUNTER, METRIC_ADD) => assert!(metric.value >= 0.0, "{metric:?}"),
+        (METRIC_GAUGE, METRIC_ADD | METRIC_SET) | (METRIC_HISTOGRAM, METRIC_OBSERVE) => {}
+        _ => panic!("an operation its kind does not allow: {metric:?}"),
+    }
+    assert!(metric.labels.len() <= MAX_LABELS as usize, "{metric:?}");
+    for (at, (key, _)) in metric.labels.iter().enumerate() {
+        assert!(name_ok(key, false) && !key.starts_with("__"), "{metric:?}");
+        assert!(metric.labels[..at].iter().all(|(seen, _)| seen != key), "{metric:?}");
+    }
+    if metric.family_kind == METRIC_HISTOGRAM {
+        assert!((1..=MAX_BUCKETS as usize).contains(&metric.buckets.len()), "{metric:?}");
+        assert!(metric.buckets.iter().all(|bound| bound.is_finite()), "{metric:?}");
+        assert!(metric.buckets.windows(2).all(|pair| pair[0] < pair[1]), "{metric:?}");
+    } else {
+        assert!(metric.buckets.is_empty(), "{metric:?}");
+    }
+}
+
+#[test]
+fn hostile_metrics_messages_decode_only_to_checked_updates_that_encode_back_the_same() {
+    let mut rng = Rng::from_env();
+    let seed = golden_metrics();
+    let (mut decoded, count) = (0, iterations(100_000) / 2);
+    for _ in 0..count {
+        let mut bytes = seed.clone();
+        for _ in 0..=rng.below(3) {
+            mutate(&mut rng, &mut bytes);
+        }
+        let Some(Ok(header)) = bytes.get(..HEADER_SIZE).map(|head| Header::decode(head.try_into().unwrap())) else {
+            continue;
+        };
+        let Some(meta) = bytes.get(HEADER_SIZE..HEADER_SIZE + header.meta_length as usize) else { continue };
+        let Ok(Body::Metrics(metrics)) = decode_body(&header, meta) else { continue };
+        assert_eq!(header.kind, KIND_METRICS);
+        metrics.iter().for_each(assert_checked);
+        // What decodes encodes to a message that decodes to the same updates.
+        let body = Body::Metrics(metrics);
+        let mut again = Vec::new();
+        encode(&Header { seq: header.seq, ..Header::default() }, &body, &[], &mut again);
+        let head = Header::decode(again[..HEADER_SIZE].try_into().unwrap()).unwrap();
+        let meta = &again[HEADER_SIZE..HEADER_SIZE + head.meta_length as usize];
+        assert_eq!(decode_body(&head, meta).unwrap(), body);
+        decoded += 1;
+    }
+    assert!(decoded > count / 50 && decoded < count, "decoded {decoded} of {count}");
 }
 
 #[test]
@@ -192,11 +257,18 @@ fn valid_reply(seq: u64, count: usize, backend_region: u32) -> Vec<u8> {
 fn hostile_replies_never_panic_or_hang_the_executor_and_every_request_is_answered() {
     let dir = temp_dir("fuzz-executor");
     let rounds = (iterations(100_000) / 250).max(20);
-    let (socket, worker) = spawn_worker(&dir, welcome(256, 1 << 30), rounds, |mut end| {
+    let metrics_seed = golden_metrics();
+    let (socket, worker) = spawn_worker(&dir, welcome(256, 1 << 30), rounds, move |mut end| {
         let Some(batch) = end.read() else { return };
         let mut rng = Rng(batch.header.seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let Body::Batch(requests) = batch.body() else { return };
         let mut reply = valid_reply(batch.header.seq, requests.len(), batch.header.region_id);
+        if rng.below(2) == 0 {
+            // Metric updates first (the worker's METRICS before its answer), mutated with the reply.
+            let mut metrics = metrics_seed.clone();
+            metrics[16..24].copy_from_slice(&batch.header.seq.to_le_bytes());
+            reply.splice(0..0, metrics);
+        }
         for _ in 0..=rng.below(3) {
             mutate(&mut rng, &mut reply);
         }

@@ -68,6 +68,7 @@ __all__ = [
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
 _NO_REGION = object()  # never any array's base
+_NEVER_TO_THE_WORKER = frozenset((KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY, KIND_METRICS))  # after HELLO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,13 +207,7 @@ class WorkerConnection:
 
     def _receive(self, timeout: float | None) -> tuple[Header, bytearray, int] | None:
         received = self.link.receive(timeout)
-        if received is not None and received[0].kind in (
-            KIND_HELLO,
-            KIND_WELCOME,
-            KIND_REFUSE,
-            KIND_REPLY,
-            KIND_METRICS,
-        ):
+        if received is not None and received[0].kind in _NEVER_TO_THE_WORKER:
             raise WireError(f"unexpected message of kind {received[0].kind}", breaks_stream=True)
         return received
 

@@ -27,8 +27,8 @@ from tritonrt.proxy.connection import (
 )
 from tritonrt.proxy.error_log import CALLABLE_ERRORS, describe
 from tritonrt.proxy.isolation import answer_each
-from tritonrt.proxy.own_metrics import zero_own_metrics
 from tritonrt.proxy.listener import WorkerListener
+from tritonrt.proxy.own_metrics import zero_own_metrics
 from tritonrt.proxy.peer import move_to_waiting, peer_closed
 from tritonrt.proxy.telemetry import flush_spans, request_spans
 from tritonrt.proxy.types import Request

@@ -40,8 +40,10 @@ import numpy as np
 from tritonrt.decorators import {{ "batch" if batching else "sample" }}
 from tritonrt.metrics import Histogram
 
-from {{ cookiecutter.package }} import placeholder  # YOUR MODEL: delete with placeholder.py
-from {{ cookiecutter.package }} import spec
+from {{ cookiecutter.package }} import (
+    placeholder,  # YOUR MODEL: delete with placeholder.py
+    spec,
+)
 from {{ cookiecutter.package }}.model_files import model_file
 
 {%- if pytorch %}
@@ -53,8 +55,8 @@ except ImportError:  # torch is the optional extra "torch"
 {%- endif %}
 
 LOGGER = logging.getLogger(__name__)
-# The model's own metric (tritonrt.metrics: Counter, Gauge, Histogram), published on the metrics port beside
-# Triton's and read by the dashboard's "Model: predict time" panel. YOUR MODEL: keep it, add your own, or delete.
+# The model's own metric (tritonrt.metrics: Counter, Gauge, Histogram), published on the metrics port
+# beside Triton's, read by the dashboard's "Model: predict time" panel. YOUR MODEL: keep, add or delete.
 PREDICT_SECONDS = Histogram(
     "{{ cookiecutter.package }}_predict_seconds",
     "Seconds Model.predict takes per call (a batch)",

@@ -41,6 +41,34 @@ struct Family {
     pointer: *mut api::MetricFamily,
 }
 
+impl Family {
+    /// Err unless `update` has this family's kind, description and buckets.
+    fn check(&self, update: &Update<'_>) -> Result<(), String> {
+        if self.kind == update.family_kind && self.description == update.description && self.buckets == update.buckets {
+            return Ok(());
+        }
+        Err(format!(
+            "it was registered as a {} with description {:?} and buckets {:?}, and an update now says a {} with \
+             description {:?} and buckets {:?}: declare each name once, with one kind, description and buckets",
+            kind_name(self.kind),
+            self.description,
+            self.buckets,
+            kind_name(update.family_kind),
+            update.description,
+            update.buckets
+        ))
+    }
+}
+
+fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        METRIC_COUNTER => "counter",
+        wire::METRIC_GAUGE => "gauge",
+        METRIC_HISTOGRAM => "histogram",
+        _ => "metric of an unknown kind",
+    }
+}
+
 #[derive(Default)]
 struct Registry {
     families: HashMap<String, Family>,
@@ -57,6 +85,11 @@ static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
 /// The metric of `update`'s family and labels, created on first use. Err: why it cannot be.
 fn metric(registry: &mut Registry, update: &Update<'_>) -> Result<MetricHandle, String> {
+    // Every update is checked against its family (not only the first of each label set): a counter's metric
+    // must not take a gauge's update, nor a histogram's another's buckets.
+    if let Some(family) = registry.families.get(update.name) {
+        family.check(update)?;
+    }
     let key = (update.name.to_string(), update.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
     if let Some(found) = registry.metrics.get(&key) {
         return Ok(*found);
@@ -80,14 +113,6 @@ fn metric(registry: &mut Registry, update: &Update<'_>) -> Result<MetricHandle, 
             registry.families.entry(update.name.to_string()).or_insert(family)
         }
     };
-    if family.kind != update.family_kind || family.description != update.description || family.buckets != update.buckets
-    {
-        return Err(format!(
-            "it was registered as kind {} with description {:?} and buckets {:?}, and an update now says kind {} \
-             with {:?} and {:?}: declare each name once, with one kind, description and buckets",
-            family.kind, family.description, family.buckets, update.family_kind, update.description, update.buckets
-        ));
-    }
     let labels: Vec<(CString, CString)> = update.labels.iter().map(|(k, v)| (c_string(k), c_string(v))).collect();
     let parameter_new = api.parameter_new.ok_or("no TRITONSERVER_ParameterNew")?;
     let parameter_delete = api.parameter_delete.ok_or("no TRITONSERVER_ParameterDelete")?;
@@ -264,5 +289,36 @@ pub fn finalize() {
             // SAFETY: ours, from MetricFamilyNew; its metrics are deleted.
             let _ = check(unsafe { delete(family.pointer) });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_update_must_agree_with_its_family() {
+        let family = Family {
+            kind: METRIC_HISTOGRAM,
+            description: "d".into(),
+            buckets: vec![0.5, 1.0],
+            pointer: ptr::null_mut(),
+        };
+        let update = Update {
+            family_kind: METRIC_HISTOGRAM,
+            op: METRIC_OBSERVE,
+            value: 0.7,
+            name: "app_seconds",
+            description: "d",
+            labels: vec![("model", "m")],
+            buckets: vec![0.5, 1.0],
+        };
+        assert_eq!(family.check(&update), Ok(()));
+        let other_buckets = Update { buckets: vec![0.5, 2.0], ..update.clone() };
+        let error = family.check(&other_buckets).unwrap_err();
+        assert!(error.contains("registered as a histogram") && error.contains("[0.5, 2.0]"), "{error}");
+        let gauge = Update { family_kind: wire::METRIC_GAUGE, op: METRIC_SET, buckets: vec![], ..update.clone() };
+        assert!(family.check(&gauge).unwrap_err().contains("now says a gauge"));
+        assert!(family.check(&Update { description: "e", ..update }).is_err());
     }
 }

@@ -188,7 +188,8 @@ impl<'a> Reader<'a> {
         };
         if !allowed {
             return Err(malformed(format!(
-                "{what}: operation {op} with value {value} is not one a kind {family_kind} allows"
+                "{what}: operation {op} with value {value} is not one a kind {family_kind} allows (a counter adds \
+                 values >= 0, a gauge adds or sets, a histogram observes)"
             )));
         }
         let name = self.name(&format!("{what}: its name"))?;
@@ -202,8 +203,13 @@ impl<'a> Reader<'a> {
         let mut labels: Vec<(&str, &str)> = Vec::with_capacity(self.count(label_count as u32, 8, &what)?);
         for _ in 0..label_count {
             let key = self.name(&format!("{what}: a label name"))?;
-            if !is_label_name(key) || labels.iter().any(|(seen, _)| *seen == key) {
-                return Err(malformed(format!("{what}: label {key:?} is not a label name, or is there twice")));
+            if !is_label_name(key) {
+                return Err(malformed(format!(
+                    "{what}: label {key:?} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
+                )));
+            }
+            if labels.iter().any(|(seen, _)| *seen == key) {
+                return Err(malformed(format!("{what}: label {key:?} is there twice")));
             }
             labels.push((key, self.str(MAX_TEXT_BYTES, &format!("{what}: label {key:?}"))?));
         }
