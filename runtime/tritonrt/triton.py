@@ -283,7 +283,7 @@ class Triton(ModelHost):
         server = self._server
         if server is not None:
             LOGGER.warning("Stopping at once: killing tritonserver; requests still in flight get no answer")
-            server.kill()
+            server.kill(wait=False)  # (no wait: this may run in a signal handler; stop() waits for the exit)
 
     def _stop_at_once(self) -> None:
         self.kill()

@@ -57,3 +57,18 @@ def test_a_guard_that_ends_twice_fails_the_start_with_how_it_ended(monkeypatch):
         server.start()
     assert not server.is_alive()
     assert server.stop(30) is None  # nothing to stop, and no wait for it
+
+
+def test_a_kill_from_a_signal_handler_does_not_wait_on_the_lock_it_may_have_interrupted():
+    """A second Ctrl+C's handler kills the server; the main thread it interrupted may hold the lock of the Event
+    that a waiting kill would wait on (not reentrant). kill(wait=False) kills and returns; the exit is seen."""
+    server = TritonServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], {}, cleanup=[], verbose=False)
+    server.start()
+    try:
+        with server._exited._cond:  # where the handler may land: inside the interrupted wait's own lock
+            done = threading.Event()
+            threading.Thread(target=lambda: (server.kill(wait=False), done.set()), daemon=True).start()
+            assert done.wait(5), "kill(wait=False) waited"
+        assert server._exited.wait(10) and not server.is_alive()
+    finally:
+        server.kill()

@@ -211,15 +211,19 @@ class TritonServerProcess:
                 self.kill()
         return self._process.returncode
 
-    def kill(self) -> None:
-        """SIGKILL the server's process group (the guard and tritonserver); wait briefly for it to exit."""
+    def kill(self, *, wait: bool = True) -> None:
+        """SIGKILL the server's process group (the guard and tritonserver); with ``wait``, wait briefly for it to
+        exit. From a signal handler pass ``wait=False``: the handler may have interrupted this thread inside
+        ``self._exited``'s own lock (an Event's lock is not reentrant), where waiting again would never return;
+        the wait the handler interrupted sees the exit instead."""
         if self._process is None or self._process.returncode is not None:
             return  # reaped already: its process group's id may belong to another process by now
         try:
             os.killpg(self._process.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        self._exited.wait(10)
+        if wait:
+            self._exited.wait(10)
 
 
 def _ended_guard(process: subprocess.Popen[bytes]) -> str:
