@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,9 @@ from cpu_work import calibrate
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(REPO))  # the repository's loadtests library (the baked project vendors the same)
+from loadtests.tune.service_process import free_ports  # noqa: E402
+
 PACKAGE = "my_service"
 PREFIX = PACKAGE.upper()
 PLATEAU_GAIN = 0.03  # a doubling of users that gains less than this ends the climb (as the tuner's)
@@ -56,17 +58,6 @@ def environment(iterations: int) -> dict[str, str]:
     python_path = [str(HERE), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, python_path)),
             "BENCH_ITERATIONS_PER_ROW": str(iterations)}  # fmt: skip
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Served:
