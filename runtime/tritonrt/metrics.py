@@ -110,6 +110,11 @@ class _Child:
         self.dropped = 0
 
 
+def _check_label(metric: str, label: object) -> None:
+    if not isinstance(label, str) or not _LABEL.match(label) or label.startswith("__"):
+        raise ValueError(f"metric {metric!r}: label name {label!r} is not a Prometheus label name")
+
+
 def _finite(value: float, what: str) -> float:
     number = float(value)
     if not math.isfinite(number):
@@ -154,8 +159,7 @@ class Registry:
         """The metric of ``family`` with these labels (label values are turned into text)."""
         pairs = []
         for key, value in labels.items():
-            if not isinstance(key, str) or not _LABEL.match(key) or key.startswith("__"):
-                raise ValueError(f"metric {family.name!r}: label name {key!r} is not a Prometheus label name")
+            _check_label(family.name, key)
             pairs.append((key, str(value)))
         key_ = (family.name, tuple(pairs))
         with self._lock:
@@ -253,8 +257,7 @@ class _Base:
         self._family = registry.family(self._kind, name, documentation, buckets, own=_own)
         self._labelnames = tuple(labelnames)
         for label in self._labelnames:
-            if not _LABEL.match(label) or label.startswith("__"):
-                raise ValueError(f"metric {name!r}: label name {label!r} is not a Prometheus label name")
+            _check_label(name, label)
         self._child = None if self._labelnames else registry.child(self._family, {})
 
     def _labelled(self, values: tuple[object, ...], named: dict[str, object]) -> _Child:
@@ -297,9 +300,6 @@ class _CounterChild:
 
 class _GaugeChild(_CounterChild):
     __slots__ = ()
-
-    def inc(self, amount: float = 1.0) -> None:
-        self._registry.add(self._child, amount)
 
     def dec(self, amount: float = 1.0) -> None:
         self._registry.add(self._child, -amount)
