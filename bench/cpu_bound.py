@@ -106,9 +106,13 @@ def main() -> int:
                 server = Server(name, command, env, model=MODEL)
                 try:
                     run_wrk(server.http, script, args.connections, 1, model=MODEL)  # warm up
-                    results.setdefault(name, []).append(
-                        run_wrk(server.http, script, args.connections, args.duration, model=MODEL)
-                    )
+                    before = server.cpu_by_role()
+                    figures = run_wrk(server.http, script, args.connections, args.duration, model=MODEL)
+                    requests = figures["rps"] * args.duration
+                    after = server.cpu_by_role()
+                    for role, seconds in after.items():
+                        figures[f"cpu_{role}"] = (seconds - before[role]) / requests * 1e6 if requests else 0.0
+                    results.setdefault(name, []).append(figures)
                     if name.startswith("tritonrt-process"):
                         memory[name] = worker_memory(server)
                 finally:
@@ -145,6 +149,12 @@ def print_table(
             ]
             ratios.append(f"{statistics.median(paired):10.2f}")
         print(f"{kind:18} | {cells[0]:>18} | {cells[1]:>18} | {rps[2] / rps[1]:6.2f} | {ratios[0]} | {ratios[1]}")
+    print()
+    print("CPU time per request (us, medians; the load generator's not counted): tritonserver + workers + python")
+    for name, runs in sorted(results.items()):
+        roles = ("tritonserver", "workers", "python")
+        parts = [statistics.median(run[f"cpu_{role}"] for run in runs) for role in roles]
+        print(f"{name:22} {sum(parts):7.0f} = {parts[0]:6.0f} + {parts[1]:6.0f} + {parts[2]:6.0f}")
     for name, workers in memory.items():
         for pid, rss, pss in workers:
             print(f"{name}: worker process {pid}: RSS {rss:.0f} MiB, PSS {pss:.0f} MiB")

@@ -4,7 +4,7 @@ folder in a temporary repository), built against numpy 1.x: it gets numpy<2 from
 on first run), on its own import path only.
 
     python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
-                        [--workers thread|process]
+                        [--workers thread|process|both] [--against OTHER_TREE/runtime]
 
 Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
 with a gRPC driver, interleaving the servers round by round (in reverse order every other round), and
@@ -82,18 +82,20 @@ class Server:
             return None
         return psutil.Process(self.process.pid).memory_info().rss / 2**20
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time used so far by the server's processes: tritonserver, the Python backend's stubs,
-        the serving Python process (whichever of them it has)."""
+    def cpu_by_role(self) -> dict[str, float]:
+        """User + system CPU seconds so far of the server's processes by role: ``tritonserver``, ``workers`` (the
+        plain backend's stubs, tritonrt's worker processes and guard) and ``python`` (the serving Python process:
+        with worker threads, the callable runs there)."""
         root = psutil.Process(self.process.pid)
-        total = 0.0
+        found = dict.fromkeys(("tritonserver", "workers", "python"), 0.0)
         for process in [root, *root.children(recursive=True)]:
             try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:
+                name, times = process.name(), process.cpu_times()
+            except psutil.Error:
                 continue
-            total += times.user + times.system
-        return total
+            role = "tritonserver" if name == "tritonserver" else "python" if process.pid == root.pid else "workers"
+            found[role] += times.user + times.system
+        return found
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGINT if self.name.startswith("plain") else signal.SIGTERM)
@@ -238,13 +240,20 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
         "--metrics-port",
         "{metrics}",
     ]
-    commands = {
-        "plain": (plain, plain_env),
-        "tritonrt": (
-            [sys.executable, *serve, "--runtime", "tritonrt"],
-            dict(os.environ, TRITONRT_WORKERS=args.workers),
-        ),
-    }
+    commands = {"plain": (plain, plain_env)}
+    for mode in ("thread", "process"):
+        if args.workers in (mode, "both"):
+            name = "tritonrt" if mode == "thread" else "tritonrt-process"
+            command = [sys.executable, *serve, "--runtime", "tritonrt"]
+            commands[name] = (command, dict(os.environ, TRITONRT_WORKERS=mode))
+    if args.against is not None:  # another tree's tritonrt, its own backend library, in this tree's worker mode
+        runtime = args.against.resolve()
+        library = runtime / "native" / "target" / "release" / "libtriton_tritonrt.so"
+        if not library.exists():
+            raise SystemExit(f"bench: {library} not found: run `cargo build --release` in {runtime / 'native'}")
+        env = dict(os.environ, PYTHONPATH=str(runtime), TRITONRT_NATIVE_LIBRARY=str(library))
+        env["TRITONRT_WORKERS"] = "process" if args.workers == "process" else "thread"
+        commands["tritonrt-other"] = ([sys.executable, *serve, "--runtime", "tritonrt"], env)
     if args.pytriton:
         python = HERE / ".venv-pytriton" / "bin" / "python"
         # PyTriton serves through the Python backend: its stub must load this interpreter's libpython.
@@ -260,7 +269,17 @@ def main() -> int:
     parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
-    parser.add_argument("--workers", choices=["thread", "process"], default="thread", help="tritonrt's worker mode")
+    parser.add_argument(
+        "--workers",
+        choices=["thread", "process", "both"],
+        default="thread",
+        help="tritonrt's worker mode (both: a tritonrt server of each mode, side by side)",
+    )
+    parser.add_argument(
+        "--against",
+        type=pathlib.Path,
+        help="also serve another tree's tritonrt (DIR holds its runtime/: the package and native/'s built library)",
+    )
     args = parser.parse_args()
     commands = server_commands(args)
     results, memory, ready = run_rounds(commands, args)
@@ -299,13 +318,16 @@ def run_rounds(commands: dict[str, tuple[list[str], dict]], args) -> tuple[dict,
                                 file=sys.stderr,
                                 flush=True,
                             )
-                            cpu = server.cpu_seconds()
+                            cpu = server.cpu_by_role()
                             if protocol == "http":
                                 figures = run_wrk(server.http, script, connections, args.duration)
                             else:
                                 figures = run_grpc(server.grpc, elements, connections, args.duration)
                             requests = figures["rps"] * args.duration
-                            figures["cpu_us"] = (server.cpu_seconds() - cpu) / requests * 1e6 if requests else 0.0
+                            spent = {role: seconds - cpu[role] for role, seconds in server.cpu_by_role().items()}
+                            for role, seconds in spent.items():
+                                figures[f"cpu_{role}_us"] = seconds / requests * 1e6 if requests else 0.0
+                            figures["cpu_us"] = sum(spent.values()) / requests * 1e6 if requests else 0.0
                             results.setdefault((protocol, label, connections, name), []).append(figures)
                             rss = server.rss_mib()
                             if rss is not None:
@@ -351,14 +373,21 @@ def print_table(results: dict, names: list[str], memory: dict, ready: dict) -> N
             + " | ".join(ratios)
         )
     print()
-    print("CPU time per request, every process of the server (tritonserver, stubs, the serving process), median us:")
+    print(
+        "CPU time per request, every process of the server, median us (ratio to plain) "
+        "[tritonserver / stubs or worker processes / the serving Python process]:"
+    )
     for protocol, label, connections in keys:
         runs = {name: results[(protocol, label, connections, name)] for name in names}
         base = statistics.median(r["cpu_us"] for r in runs["plain"])
         cells = []
         for name in names:
             value = statistics.median(r["cpu_us"] for r in runs[name])
-            cells.append(f"{name} {value:6.0f}" + ("" if name == "plain" else f" ({value / base:.2f})"))
+            roles = "/".join(
+                f"{statistics.median(r[f'cpu_{role}_us'] for r in runs[name]):.0f}"
+                for role in ("tritonserver", "workers", "python")
+            )
+            cells.append(f"{name} {value:6.0f}" + ("" if name == "plain" else f" ({value / base:.2f})") + f" [{roles}]")
         print(f"  {protocol:5} {label:7} x{connections:<3} " + " | ".join(cells))
     print()
     for protocol in ("http", "grpc"):

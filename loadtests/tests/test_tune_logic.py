@@ -106,6 +106,22 @@ def test_the_search_moves_instances_and_worker_mode_together_where_neither_gains
     assert len(measured) == len(set(measured)) and len(measured) <= 20  # a short run's worth, not the grid (144)
 
 
+def test_a_short_budget_reaches_worker_processes_first() -> None:
+    space = dataclasses.replace(SPACE, workers=("thread", "process"), instances=(1, 2))
+    measured: list[Candidate] = []
+
+    def score(candidate: Candidate) -> float:
+        measured.append(candidate)
+        if len(measured) > 4:  # a budget of four candidates
+            raise KeyboardInterrupt
+        return _gil_bound(candidate)
+
+    with pytest.raises(KeyboardInterrupt):
+        coordinate_search(space, START, score)
+    assert {(c.instances, c.workers) for c in measured[:4]} == {(1, "thread"), (2, "thread"), (1, "process"),
+                                                                 (2, "process")}  # fmt: skip
+
+
 def test_the_joint_step_measures_nothing_more_with_one_worker_mode() -> None:
     with_joint: list[Candidate] = []
     best = coordinate_search(SPACE, START, lambda candidate: with_joint.append(candidate) or _gil_bound(candidate))
@@ -197,6 +213,23 @@ def test_the_climb_stops_at_max_users_and_keeps_its_steps_when_cut() -> None:
     with pytest.raises(KeyboardInterrupt):
         climb(cut, SLO, kept)
     assert [step.users for step in kept] == [1, 2]
+
+
+def test_a_climb_started_high_halves_the_users_until_a_step_meets_the_slo() -> None:
+    p95 = {1: 20.0, 2: 40.0, 4: 80.0, 8: 160.0, 16: 320.0}
+    steps: list[Step] = []
+    climb(lambda users: Step(users, 100, 10.0 * users, p95[users], 0.0), SLO, steps, start_users=16, floor_users=1)
+    assert [step.users for step in steps] == [16, 8, 4]  # 4 met the SLO; more users missed it already
+    assert Measurement(START, tuple(steps), SLO).score == 40.0
+    none: list[Step] = []
+    climb(lambda users: Step(users, 100, 10.0, 500.0, 0.0), SLO, none, start_users=4, floor_users=2)
+    assert [step.users for step in none] == [4, 2]  # nothing met it, down to the floor: the candidate scores 0
+
+
+def test_a_climb_started_high_climbs_on_when_its_first_step_meets_the_slo() -> None:
+    steps: list[Step] = []
+    climb(lambda users: Step(users, 100, 10.0 * users, 10.0, 0.0), SLO, steps, start_users=8, floor_users=1)
+    assert [step.users for step in steps] == [8, 16, 32, 64]
 
 
 def test_failures_over_the_allowed_share_miss_the_slo() -> None:

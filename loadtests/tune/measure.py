@@ -86,27 +86,45 @@ def climb(
     *,
     start_users: int = 1,
     max_users: int = 64,
+    floor_users: int | None = None,
 ) -> None:
     """Run steps at ``start_users``, doubling, into ``steps``; stop at the first step that misses the SLO,
     when doubling the users gained less than ``PLATEAU_GAIN`` throughput ``PLATEAU_STEPS`` times in a row, or
     past ``max_users``.
 
+    ``floor_users`` (default ``start_users``): a climb may start above it, where earlier candidates peaked, to
+    skip the light steps that tell nothing about throughput. When that first step already misses the SLO, the
+    users are halved, down to ``floor_users``, until a step meets it; that step ends the climb (more users
+    missed).
+
     ``steps`` is the caller's list, so the steps so far stay when ``run_step`` raises (budget, Ctrl+C).
     """
+    floor = start_users if floor_users is None else min(floor_users, start_users)
     users = start_users
-    best: Step | None = None
+    step = run_step(users)
+    steps.append(step)
+    while not step.meets(slo):
+        if users <= floor:
+            return
+        users = max(floor, users // 2)
+        step = run_step(users)
+        steps.append(step)
+        if step.meets(slo):
+            return
+    best = step
     flat = 0  # doublings in a row that gained too little: one is noise or a model that batches only later
+    users *= 2
     while users <= max_users:
         step = run_step(users)
         steps.append(step)
         if not step.meets(slo):
             return
-        if best is not None and step.rps < best.rps * (1 + PLATEAU_GAIN):
+        if step.rps < best.rps * (1 + PLATEAU_GAIN):
             flat += 1
             if flat == PLATEAU_STEPS:
                 return
         else:
             flat = 0
-        if best is None or step.rps > best.rps:
+        if step.rps > best.rps:
             best = step
         users *= 2

@@ -12,8 +12,9 @@ worker process is no faster than one thread, yet two worker processes are nearly
 walk over instances is followed at once by a joint step, which replaces a walk over worker modes: for
 every other worker mode, the best setting switched to that mode is the start of a walk up and down the
 instance counts, taken even though the switch alone gained nothing; the walk's end replaces the best
-only when it beats it by ``min_gain``. It comes second in a pass, right after the batch size, so that a
-short budget reaches it. Where only one mode is tried it measures nothing; otherwise it costs the
+only when it beats it by ``min_gain``. It comes first in a pass, so that a short budget reaches it: for a
+GIL-bound callable on a 2-core machine, the current setting, two threads, one process and two processes
+are the first four candidates. Where only one mode is tried it measures nothing; otherwise it costs the
 switched setting and its instance neighbours (memoised: nothing is measured twice).
 
 Example::

@@ -114,6 +114,16 @@ class _Run:
         done = [m.seconds for m in self.measurements if m.complete]
         return sum(done) / len(done) if done else 0.0
 
+    def start_users(self) -> int:
+        """Where a candidate's climb starts: a quarter of the users at which the best candidate so far peaked
+        (the light steps below tell nothing about throughput, and each costs a step's seconds of the budget);
+        the first candidate starts at ``start_users``."""
+        best = max(self.measurements, key=lambda m: m.score or 0.0, default=None)
+        peak = best.sustained if best is not None else None
+        if peak is None:
+            return self.options.start_users
+        return max(self.options.start_users, min(self.options.max_users, peak.users // 4))
+
     def measure(self, candidate: Candidate | None, workers: str) -> Measurement:
         """Serve ``candidate`` (None: the current settings), climb the load, stop; record and return it."""
         index = len(self.measurements) + 1
@@ -141,8 +151,9 @@ class _Run:
                         lambda users: self._step(server, index, users),
                         self.options.slo,
                         steps,
-                        start_users=self.options.start_users,
+                        start_users=self.start_users(),
                         max_users=self.options.max_users,
+                        floor_users=self.options.start_users,
                     )
                     complete = True
                     break
