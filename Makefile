@@ -30,7 +30,7 @@ CHECKOV_VENV := .venv-checkov
 PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools rust-toolchain pytriton test test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools rust-toolchain pytriton test test-setup test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -92,19 +92,34 @@ test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/py
 # The extra Pythons' runs go beside tests/ (their output shown when they end, kept in
 # build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both. loadtests/tests runs
 # alone before them: its tuning runs measure real services, which a machine busy with other suites skews.
-test: install-server deploy-tools rust-toolchain pytriton $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
-	cd runtime && ../$(PY) -m pytest
-	$(PY) -m pytest loadtests/tests
+test: test-setup $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
+	@echo "==> $$(date -u +%T) the runtime's tests on $(PYTHON)"
+	cd runtime && ../$(PY) -m pytest --durations=15
+	@echo "==> $$(date -u +%T) loadtests/tests"
+	$(PY) -m pytest --durations=10 loadtests/tests
 	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside tests/"; \
 	$(MAKE) --no-print-directory test-extra-pythons > build/test-extra-pythons.log 2>&1 & extra=$$!; \
-	$(PY) -m pytest tests; status=$$?; \
+	$(PY) -m pytest --durations=20 tests; status=$$?; \
+	echo "==> $$(date -u +%T) tests/ ended"; \
 	wait $$extra; extra_status=$$?; \
-	echo "==> the runtime's tests on Python $(EXTRA_PYTHONS) (build/test-extra-pythons.log):"; \
+	echo "==> $$(date -u +%T) the runtime's tests on Python $(EXTRA_PYTHONS) (build/test-extra-pythons.log):"; \
 	cat build/test-extra-pythons.log; test $$status = 0 && test $$extra_status = 0
+
+# What make test needs besides .venv, mostly downloads, in two lanes side by side: one lane the users of apt and
+# debootstrap, one after another (apt-get holds a lock: two at once fail), the other the pip installs
+# (install-server, PyTriton, the extra Pythons' venvs on the host's Pythons). A chroot's venv (forky's 3.14)
+# comes after both, from make test: it installs the runtime editable, as the pip lane does, in the same folder.
+test-setup: venv  ## make test's prerequisites (the server, tools, venvs, chroots), fetched two lanes at a time
+	@echo "==> $$(date -u +%T) make test's prerequisites, two lanes side by side"
+	@$(MAKE) --no-print-directory install-server pytriton \
+		$(foreach version,$(EXTRA_PYTHONS),$(if $(call in_chroot,$(version)),,$(VENV)-py$(version)/.installed)) & pip=$$!; \
+	$(MAKE) --no-print-directory deploy-tools rust-toolchain; apt=$$?; \
+	$(foreach version,$(EXTRA_PYTHONS),$(if $(call in_chroot,$(version)),test $$apt != 0 || { $(call in_chroot,$(version)) --build; apt=$$?; };)) \
+	wait $$pip; pip=$$?; test $$pip = 0 && test $$apt = 0
 
 # One Python after another: they share runtime/'s build folder (the packaging tests build wheels there).
 test-extra-pythons: $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## the runtime's tests on each Python of EXTRA_PYTHONS
-	@$(foreach version,$(EXTRA_PYTHONS),echo "==> the runtime's tests on Python $(version)" && \
+	@$(foreach version,$(EXTRA_PYTHONS),echo "==> $$(date -u +%T) the runtime's tests on Python $(version)" && \
 		(cd runtime && $(call in_chroot,$(version)) ../$(VENV)-py$(version)/bin/python -m pytest -p no:cacheprovider \
 			$(EXTRA_PYTEST_ARGS)) &&) true
 

@@ -7,7 +7,7 @@ headless, binary HTTP, the p95 gate of deploy/k8s/base/slo.env): one run per use
 run fails the SLO or stops gaining; a spec's figure is its best passing req/s. The specs are measured round by
 round, in alternating order, and the ratio is the median of the rounds' ratios.
 
-    python bench/tune_target.py [--budget-min 4] [--rounds 2] [--duration 8s] [--max-users 64]
+    python bench/tune_target.py [--budget-min 4] [--rounds 2] [--duration 8s] [--max-users 64] [--ms-per-row 1]
 
 Needs the repository's .venv (make venv; tritonserver from make install-server). Prints the tuned setting, each
 run's figures and the ratio; the issue's target is >= 1.5.
@@ -136,9 +136,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", default="8s", help="each loadtest run (default 8s)")
     parser.add_argument("--max-users", type=int, default=64)
+    parser.add_argument(
+        "--ms-per-row",
+        type=float,
+        default=1.0,
+        help="the model's Python work per row (default 1, the CPU-bound model of bench/cpu_bound.py)",
+    )
     args = parser.parse_args()
-    iterations = calibrate()
-    print(f"bench: {iterations} iterations per row (about 1 ms here)", flush=True)
+    iterations = calibrate(args.ms_per_row / 1000)
+    print(f"bench: {iterations} iterations per row (about {args.ms_per_row:g} ms here)", flush=True)
     with tempfile.TemporaryDirectory(prefix="tune-target-") as folder:
         project = bake(Path(folder))
         env = environment(iterations)
