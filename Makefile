@@ -89,21 +89,29 @@ $(VENV)-py%/.installed: runtime/pyproject.toml $(VENV)/.installed
 # The server install-server puts in the user cache serves every Python: the extra Pythons' tests install none.
 # The compatibility suite runs each program on PyTriton 0.7 too (TRITONRT_COMPAT_PYTRITON_PYTHON).
 test: export TRITONRT_COMPAT_PYTRITON_PYTHON = $(CURDIR)/$(PYTRITON_VENV)/bin/python
-# The extra Pythons' runs go beside tests/ (their output shown when they end, kept in
-# build/test-extra-pythons.log): most of each suite waits on servers, so two cores serve both. loadtests/tests runs
-# alone before them: its tuning runs measure real services, which a machine busy with other suites skews.
+# After loadtests/tests, three lanes side by side: the extra Pythons' runs (build/test-extra-pythons.log), the
+# tests of tests/ that build a whole project's image or venv from nothing (TESTS_APART: build/test-apart.log) and
+# the rest of tests/; each lane's output is shown when it ends. Those suites mostly wait (on servers, pip, docker
+# builds): one after another, the machine's two cores were busy 41% of the time (a CI run of 2026-11-27: tests/
+# alone took 35 minutes). loadtests/tests runs alone before them: its tuning runs measure real services, which a
+# machine busy with other suites skews.
+TESTS_APART := tests/test_container.py tests/test_from_nothing.py tests/test_real_model.py
 test: test-setup $(EXTRA_PYTHONS:%=$(VENV)-py%/.installed)  ## every test: runtime/tests (on each Python), loadtests/tests, tests/
 	@echo "==> $$(date -u +%T) the runtime's tests on $(PYTHON)"
 	cd runtime && ../$(PY) -m pytest --durations=15
 	@echo "==> $$(date -u +%T) loadtests/tests"
 	$(PY) -m pytest --durations=10 loadtests/tests
-	@mkdir -p build; echo "==> the runtime's tests on Python $(EXTRA_PYTHONS), beside tests/"; \
+	@mkdir -p build; echo "==> $$(date -u +%T) the runtime's tests on Python $(EXTRA_PYTHONS), $(TESTS_APART), and tests/"; \
 	$(MAKE) --no-print-directory test-extra-pythons > build/test-extra-pythons.log 2>&1 & extra=$$!; \
-	$(PY) -m pytest --durations=20 tests; status=$$?; \
+	$(PY) -m pytest --durations=10 $(TESTS_APART) > build/test-apart.log 2>&1 & apart=$$!; \
+	$(PY) -m pytest --durations=20 tests $(TESTS_APART:%=--ignore=%); status=$$?; \
 	echo "==> $$(date -u +%T) tests/ ended"; \
+	wait $$apart; apart_status=$$?; \
+	echo "==> $$(date -u +%T) $(TESTS_APART) (build/test-apart.log):"; \
+	cat build/test-apart.log; \
 	wait $$extra; extra_status=$$?; \
 	echo "==> $$(date -u +%T) the runtime's tests on Python $(EXTRA_PYTHONS) (build/test-extra-pythons.log):"; \
-	cat build/test-extra-pythons.log; test $$status = 0 && test $$extra_status = 0
+	cat build/test-extra-pythons.log; test $$status = 0 && test $$apart_status = 0 && test $$extra_status = 0
 
 # What make test needs besides .venv, mostly downloads, in two lanes side by side: one lane the users of apt and
 # debootstrap, one after another (apt-get holds a lock: two at once fail), the other the pip installs

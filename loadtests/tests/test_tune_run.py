@@ -111,6 +111,32 @@ def test_tuning_picks_batching_and_applies_it(tmp_path: Path) -> None:
     assert _wait_gone(marker) == []
 
 
+def test_a_gil_bound_callable_is_tuned_to_worker_processes(tmp_path: Path) -> None:
+    """4 ms of Python per row: two worker processes serve about twice what one instance does (a thread or a
+    process), two threads no more (one GIL). The tuner must move instances and worker mode together."""
+    project = _project(tmp_path)
+    marker = uuid.uuid4().hex
+    command = _command(
+        project, "--max-batch-sizes", "1", "--instances", "1,2", "--modes", "thread,process", "--max-users", "8"
+    )  # the current settings (bs1 q0us 1i thread) and three candidates
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=_environment(marker) | {"TUNE_SERVICE_CPU_MS_PER_ROW": "4"},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    report = json.loads((project / "reports" / "tune.json").read_text())
+    scores = {m["label"]: m["score_rps"] for m in report["measurements"]}
+    assert (report["winner"]["instances"], report["winner"]["workers"]) == (2, "process"), scores
+    baseline = report["measurements"][0]  # the current settings, measured first
+    assert (report["baseline"]["instances"], report["baseline"]["workers"]) == (1, "thread")
+    assert scores["bs1 q0us 2i process"] > 1.25 * baseline["score_rps"], scores
+    assert _wait_gone(marker) == []
+
+
 def test_ctrl_c_keeps_the_best_so_far_and_leaves_nothing_running(tmp_path: Path) -> None:
     project = _project(tmp_path)
     marker = uuid.uuid4().hex

@@ -10,7 +10,7 @@ import time
 import numpy as np
 from tritonrt.decorators import batch
 from tritonrt.model_config import DynamicBatcher, ModelConfig, Tensor
-from tritonrt.triton import Triton, TritonConfig
+from tritonrt.triton import Triton, TritonConfig, WorkerMode, WorkerOptions
 
 from loadtests.tests.tune_service import BATCH_COST_S, MODEL_NAME, ROW_COST_S
 
@@ -19,9 +19,17 @@ __all__ = ["main"]
 PREFIX = "TUNE_SERVICE_"
 
 
+CPU_S_PER_ROW = float(os.environ.get(PREFIX + "CPU_MS_PER_ROW", "0")) / 1000
+
+
 @batch
 def infer(x: np.ndarray) -> dict[str, np.ndarray]:
-    time.sleep(BATCH_COST_S + ROW_COST_S * x.shape[0])
+    if CPU_S_PER_ROW:
+        end = time.thread_time() + CPU_S_PER_ROW * x.shape[0]
+        while time.thread_time() < end:  # Python work holding the GIL, CPU time rather than wall time
+            pass
+    else:
+        time.sleep(BATCH_COST_S + ROW_COST_S * x.shape[0])
     return {"y": x}
 
 
@@ -47,6 +55,7 @@ def main() -> None:
             inputs=[Tensor(name="x", dtype=np.float32, shape=(4,))],
             outputs=[Tensor(name="y", dtype=np.float32, shape=(4,))],
             config=ModelConfig(max_batch_size=int(tuning.get("max_batch_size", 1)), batcher=batcher),
+            workers=WorkerOptions(mode=WorkerMode(environ.get(PREFIX + "WORKERS", "thread"))),
         )
         triton.serve()
 
