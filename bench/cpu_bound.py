@@ -23,7 +23,7 @@ import tempfile
 
 import psutil
 from cpu_work import calibrate
-from run import HERE, Server, plain_server, python_library_dir, request_body, run_wrk, wrk_script
+from run import HERE, Server, cpu_us_per_request, plain_server, python_library_dir, request_body, run_wrk, wrk_script
 
 INSTANCES = (1, 2)
 MODEL = "cpu"
@@ -108,10 +108,8 @@ def main() -> int:
                     run_wrk(server.http, script, args.connections, 1, model=MODEL)  # warm up
                     before = server.cpu_by_role()
                     figures = run_wrk(server.http, script, args.connections, args.duration, model=MODEL)
-                    requests = figures["rps"] * args.duration
-                    after = server.cpu_by_role()
-                    for role, seconds in after.items():
-                        figures[f"cpu_{role}"] = (seconds - before[role]) / requests * 1e6 if requests else 0.0
+                    spent = cpu_us_per_request(before, server.cpu_by_role(), figures["rps"] * args.duration)
+                    figures.update({f"cpu_{role}": value for role, value in spent.items()})
                     results.setdefault(name, []).append(figures)
                     if name.startswith("tritonrt-process"):
                         memory[name] = worker_memory(server)

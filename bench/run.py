@@ -105,6 +105,11 @@ class Server:
             self.process.kill()
 
 
+def cpu_us_per_request(before: dict[str, float], after: dict[str, float], requests: float) -> dict[str, float]:
+    """Microseconds of CPU per request by role, between two :meth:`Server.cpu_by_role` readings."""
+    return {role: (seconds - before[role]) / requests * 1e6 if requests else 0.0 for role, seconds in after.items()}
+
+
 def request_body(elements: int, workdir: pathlib.Path) -> tuple[pathlib.Path, int]:
     header = json.dumps(
         {
@@ -324,10 +329,9 @@ def run_rounds(commands: dict[str, tuple[list[str], dict]], args) -> tuple[dict,
                             else:
                                 figures = run_grpc(server.grpc, elements, connections, args.duration)
                             requests = figures["rps"] * args.duration
-                            spent = {role: seconds - cpu[role] for role, seconds in server.cpu_by_role().items()}
-                            for role, seconds in spent.items():
-                                figures[f"cpu_{role}_us"] = seconds / requests * 1e6 if requests else 0.0
-                            figures["cpu_us"] = sum(spent.values()) / requests * 1e6 if requests else 0.0
+                            spent = cpu_us_per_request(cpu, server.cpu_by_role(), requests)
+                            figures.update({f"cpu_{role}_us": value for role, value in spent.items()})
+                            figures["cpu_us"] = sum(spent.values())
                             results.setdefault((protocol, label, connections, name), []).append(figures)
                             rss = server.rss_mib()
                             if rss is not None:
