@@ -129,6 +129,8 @@ def run_headless(options: RunOptions) -> int:
     figures = _figures(environment, runner, until - start)
     checks = evaluate(options.gates, figures)
     print(render_table(checks), flush=True)
+    for line in failure_lines(environment.stats):
+        print(line, flush=True)
     models = ", ".join(sorted({getattr(c, "model_name", c.__name__) for c in environment.user_classes}))
     title = f"{models} @ {options.host}"
     paths = write_reports(options.reports, environment, timeline, until, checks, figures, title, options.gates.p95_ms)
@@ -165,6 +167,19 @@ def _drive(runner: LocalRunner, options: RunOptions, timeline: Timeline, start: 
     for watcher in watchers:
         watcher.cancel()
     gevent.killall(background)
+
+
+def failure_lines(stats: RequestStats, most: int = 5) -> list[str]:
+    """What failed, most frequent first (at most ``most`` kinds), so a missed failure gate says why on the
+    terminal and in CI logs, not only in the failures CSV."""
+    errors = sorted(stats.errors.values(), key=lambda error: -error.occurrences)
+    if not errors:
+        return []
+    lines = [f"failures ({sum(e.occurrences for e in errors)} in {len(errors)} kind(s), most frequent first):"]
+    lines += [f"  {e.occurrences} x {e.method} {e.name}: {e.error}" for e in errors[:most]]
+    if len(errors) > most:
+        lines.append(f"  ... and {len(errors) - most} more kind(s): see the failures CSV")
+    return lines
 
 
 def _gated(stats: RequestStats) -> StatsEntry:

@@ -131,6 +131,8 @@ def test_wrong_output_shape_is_a_failure(triton, loadtest, tmp_path, protocol):
     [failure] = run.failures()
     assert "output 'y' has shape [1, 5], expected [1, 4]" in failure["Error"]
     assert "failure ratio" in run.stdout and "FAIL" in run.stdout
+    assert f"{failure['Occurrences']} x " in run.stdout  # the terminal says what failed, not only the CSV
+    assert "output 'y' has shape [1, 5], expected [1, 4]" in run.stdout
 
 
 def test_gate_that_cannot_be_met_fails_the_run(triton, loadtest, tmp_path):
