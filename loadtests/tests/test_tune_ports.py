@@ -5,6 +5,7 @@ for a service is a wait for its model: a server answers ready before its models 
 from __future__ import annotations
 
 import http.server
+import signal
 import subprocess
 import sys
 import threading
@@ -76,3 +77,28 @@ def test_a_ready_server_without_the_model_is_waited_for_then_named(
             process.wait_ready(30)
     finally:
         process.stop()
+
+
+def test_a_second_ctrl_c_while_a_service_stops_kills_it_at_once(tmp_path: Path) -> None:
+    # A service that ignores SIGTERM (in a session of its own, as the tuner starts it): the wait for it to stop is
+    # cut by a KeyboardInterrupt, as a second Ctrl+C cuts it, and the service is killed then, not left behind.
+    process = ServiceProcess(Service.of("demo", "tuned"), None, tmp_path)
+    ignores = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    child = process._process = subprocess.Popen(
+        [sys.executable, "-c", ignores], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"\n"  # its handler is set
+    timer = threading.Timer(0.5, signal.raise_signal, (signal.SIGINT,))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            process.stop()
+        stopped = child.poll()  # stop() reaped it: no wait here
+    finally:
+        timer.cancel()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+    assert stopped == -signal.SIGKILL
+    assert process._process is None

@@ -232,16 +232,22 @@ class ServiceProcess:
             return "(no log)"
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL to the service's whole process group if it outlives ``STOP_TIMEOUT_S``."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        """SIGTERM, then SIGKILL to the service's whole process group if it outlives ``STOP_TIMEOUT_S``, or at once
+        if the wait is cut short (a second Ctrl+C): the service is never left running unwatched."""
+        process = self._process
+        if process is None:
             return
-        process.send_signal(signal.SIGTERM)
         try:
-            process.wait(STOP_TIMEOUT_S)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            pass
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            self._process = None
 
     def __enter__(self) -> ServiceProcess:
         try:
