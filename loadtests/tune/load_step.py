@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loadtests.errors import LoadTestSetupError
 from loadtests.gates import Figures
-from loadtests.tune.interrupts import deferred_interrupt
+from loadtests.tune.interrupts import deferred_interrupt, stop_child
 
 __all__ = ["STEP_GRACE_S", "StepOptions", "run_load_step"]
 
@@ -99,10 +99,4 @@ def run_load_step(options: StepOptions, url: str, users: int, reports: Path) -> 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
     """Stop a step: SIGINT lets Locust stop its users; SIGKILL if it does not exit soon."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stop_child(process, signal.SIGINT, timeout_s=15)

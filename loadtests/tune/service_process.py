@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from loadtests.errors import LoadTestSetupError
-from loadtests.tune.interrupts import deferred_interrupt
+from loadtests.tune.interrupts import deferred_interrupt, stop_child
 from loadtests.tune.space import Candidate
 
 __all__ = ["QueueCounters", "Service", "ServiceFailed", "ServiceProcess", "free_ports", "parse_queue_counters"]
@@ -234,20 +234,11 @@ class ServiceProcess:
     def stop(self) -> None:
         """SIGTERM, then SIGKILL to the service's whole process group if it outlives ``STOP_TIMEOUT_S``, or at once
         if the wait is cut short (a second Ctrl+C): the service is never left running unwatched."""
-        process = self._process
-        if process is None:
-            return
-        try:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            self._process = None
+        if self._process is not None:
+            try:
+                stop_child(self._process, signal.SIGTERM, STOP_TIMEOUT_S)
+            finally:
+                self._process = None
 
     def __enter__(self) -> ServiceProcess:
         try:
