@@ -1,7 +1,10 @@
 """An instance served by a worker process: forked from this process after bind, watched, stopped, replaced.
 
 How the callable gets in: the worker is a fork of this process, so the callable and everything loaded before
-(weights included, shared copy-on-write) is there; then ``setup(info)`` runs inside it, after
+(weights included, shared copy-on-write) is there. The worker first moves all it inherited out of the garbage
+collector's reach (``gc.freeze()``): a full collection would otherwise write to every tracked object's header
+and so copy each page of a model made of Python objects (vocabularies, trees, lists) into the worker. Then
+``setup(info)`` runs inside it, after
 ``CUDA_VISIBLE_DEVICES`` was set to its device (load CUDA models there), then the warm-up. A fork after CUDA
 was initialised here is refused (:func:`~tritonrt.models.workers.check_fork_allowed`).
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import gc
 import json
 import logging
 import os
@@ -377,6 +381,7 @@ def _child_main(
 ) -> NoReturn:
     """The worker process: set up, serve until told to stop (or until this process's parent is gone), exit.
     ``restart``: it replaces a worker process of this instance that ended (counted in tritonrt's metrics)."""
+    gc.freeze()  # what this process inherited stays shared: see the module's docstring
     code = 1
     try:
         if restart:
