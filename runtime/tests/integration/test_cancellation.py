@@ -29,6 +29,13 @@ def outcome_path(directory: Path, tag: int) -> Path:
     return directory / f"{tag}.json"
 
 
+def write_outcome(directory: Path, tag: int, seen: dict) -> None:
+    """Written whole or not at all: the test reads the file as soon as it exists."""
+    partial = directory / f"{tag}.json.partial"
+    partial.write_text(json.dumps(seen))
+    partial.replace(outcome_path(directory, tag))
+
+
 def long_call(directory: Path):
     """Works in small steps until its request is cancelled (or GIVE_UP_S passes); writes what it saw."""
 
@@ -39,7 +46,7 @@ def long_call(directory: Path):
             time.sleep(0.01)
             steps += 1
         seen = {"cancelled": request.is_cancelled(), "seconds": time.monotonic() - began}
-        outcome_path(directory, int(request["tag"][0])).write_text(json.dumps(seen))
+        write_outcome(directory, int(request["tag"][0]), seen)
         return [{"out": request["tag"]}]
 
     return infer
@@ -55,7 +62,7 @@ def batched_long_call(directory: Path):
         while not is_cancelled() and time.monotonic() - began < GIVE_UP_S:
             time.sleep(0.01)
         seen = {"cancelled": is_cancelled(), "seconds": time.monotonic() - began}
-        outcome_path(directory, int(tag[0, 0])).write_text(json.dumps(seen))
+        write_outcome(directory, int(tag[0, 0]), seen)
         return {"out": tag}
 
     return infer
@@ -74,7 +81,7 @@ def generator(directory: Path):
                 time.sleep(0.01)
         finally:  # runs also when tritonrt closes the generator because its only request was cancelled
             result = {"made": made, "cancelled": request.is_cancelled()}
-            outcome_path(directory, int(request["tag"][0])).write_text(json.dumps(result))
+            write_outcome(directory, int(request["tag"][0]), result)
 
     return infer
 
