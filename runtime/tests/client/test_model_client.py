@@ -80,8 +80,9 @@ def test_wait_for_model_returns_once_ready(server, protocol):
 def test_lazy_init_false_reads_the_model_at_construction(server, protocol):
     with ModelClient(server.url(protocol), "identity", lazy_init=False) as client:
         assert client.model_config.model_name == "identity"
+    # The wait covers the server's liveness too: 0.5 s was once too short for it on a loaded 2-core machine.
     with pytest.raises(PyTritonClientTimeoutError, match="'absent'.*index does not list it"):
-        ModelClient(server.url(protocol), "absent", lazy_init=False, init_timeout_s=0.5, access_token=server.token)
+        ModelClient(server.url(protocol), "absent", lazy_init=False, init_timeout_s=2, access_token=server.token)
 
 
 def test_mixing_positional_and_named_inputs_is_refused(server, protocol):
