@@ -290,6 +290,32 @@ def test_stream_cancellation_and_region_reuse_after_an_ack(pair):
     assert reply_of(backend)[0].flags & wire.FLAG_FINAL
 
 
+def test_a_reply_that_waits_for_room_reads_the_socket_under_the_poll_lock(pair):
+    """reply() reads the ACKs that arrived when its region is full (_lay_out -> poll): it holds the lock that
+    cancelled_in() holds, so that a callable's thread asking Request.is_cancelled never reads the socket at the
+    same time (two readers would split a message between them)."""
+    connection, backend = pair
+    seq = backend.send_batch([request(), request()])
+    connection.receive_batch()
+    big = np.ones(THRESHOLD, np.uint8)
+    connection.reply(seq, [{"y": big}, None], final=False)
+    reply_of(backend)
+    held_while_reading: list[bool] = []
+    receive = connection.link.receive
+
+    def recording_receive(timeout):
+        held_while_reading.append(connection._poll_lock.locked())
+        return receive(timeout)
+
+    connection.link.receive = recording_receive
+    full = connection._own.size  # more than the room left: the reply polls for an ACK first
+    connection.reply(seq, [{"y": np.ones(full, np.uint8)}, None], final=False)
+    reply_of(backend)
+    assert held_while_reading and all(held_while_reading), held_while_reading
+    connection.reply(seq, [], final=True)
+    reply_of(backend)
+
+
 def _poll_until(connection, done, attempts: int = 200):
     import time
 

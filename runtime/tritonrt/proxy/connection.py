@@ -228,7 +228,8 @@ class WorkerConnection:
             return self.poll()
 
     def poll(self) -> set[int]:
-        """Read the CANCEL and ACK messages that have arrived, without waiting; the cancelled requests."""
+        """Read the CANCEL and ACK messages that have arrived, without waiting; the cancelled requests. Where the
+        callable's threads may ask :meth:`cancelled_in` meanwhile, hold ``_poll_lock`` (one reader at a time)."""
         while (received := self._receive(0)) is not None:
             header, buffer, fd = received
             if header.kind == KIND_BATCH:
@@ -387,7 +388,8 @@ class WorkerConnection:
             need = align(need) + sum(tensor.byte_length for tensor in run)
         own = self._own
         if own is not None and own.top and align(own.top) + need > own.size:
-            self.poll()  # an ACK may have freed the region
+            with self._poll_lock:  # (cancelled_in may read the socket from the callable's threads meanwhile)
+                self.poll()  # an ACK may have freed the region
         start = align(own.top) if own is not None else 0
         if own is None or start + need > own.size:
             own = self._own = OwnRegion(self._next_region_id, size_for(need, self.settings.region_limit))
