@@ -36,6 +36,19 @@ const OPAQUE: &[(&str, &str)] = &[
     ("Metric", "TRITONSERVER_Metric"),
     ("MetricArgs", "TRITONSERVER_MetricArgs"),
     ("Parameter", "TRITONSERVER_Parameter"),
+    ("Server", "TRITONSERVER_Server"),
+    ("InferenceRequest", "TRITONSERVER_InferenceRequest"),
+    ("InferenceResponse", "TRITONSERVER_InferenceResponse"),
+    ("ResponseAllocator", "TRITONSERVER_ResponseAllocator"),
+];
+
+/// api.rs's callback types and the header's typedefs for them (checked where a function takes one).
+const CALLBACKS: &[(&str, &str)] = &[
+    ("AllocFn", "TRITONSERVER_ResponseAllocatorAllocFn_t"),
+    ("ReleaseFn", "TRITONSERVER_ResponseAllocatorReleaseFn_t"),
+    ("StartFn", "TRITONSERVER_ResponseAllocatorStartFn_t"),
+    ("RequestReleaseFn", "TRITONSERVER_InferenceRequestReleaseFn_t"),
+    ("ResponseCompleteFn", "TRITONSERVER_InferenceResponseCompleteFn_t"),
 ];
 
 /// sys.rs's structs: their glibc struct and its fields, in the Rust struct's order.
@@ -143,7 +156,7 @@ fn c_type(rust: &str) -> Result<String, String> {
         "isize" => "ssize_t",
         "..." => "...",
         other => {
-            if let Some((_, c)) = OPAQUE.iter().find(|(name, _)| *name == other) {
+            if let Some((_, c)) = OPAQUE.iter().chain(CALLBACKS).find(|(name, _)| *name == other) {
                 c
             } else if let Some((_, c, _)) = STRUCTS.iter().find(|(name, _, _)| *name == other) {
                 c

@@ -70,6 +70,40 @@ pub struct MetricArgs {
 pub struct Parameter {
     _opaque: [u8; 0],
 }
+#[repr(C)]
+pub struct Server {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct InferenceRequest {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct InferenceResponse {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct ResponseAllocator {
+    _opaque: [u8; 0],
+}
+
+/// Triton's callback types (`TRITONSERVER_ResponseAllocatorAllocFn_t` ...; tests/abi.rs maps each to its C name).
+pub type AllocFn = unsafe extern "C" fn(
+    *mut ResponseAllocator,
+    *const c_char,
+    usize,
+    u32,
+    i64,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+    *mut u32,
+    *mut i64,
+) -> *mut TritonError;
+pub type ReleaseFn = unsafe extern "C" fn(*mut ResponseAllocator, *mut c_void, *mut c_void, usize, u32, i64) -> *mut TritonError;
+pub type StartFn = Option<unsafe extern "C" fn(*mut ResponseAllocator, *mut c_void) -> *mut TritonError>;
+pub type RequestReleaseFn = unsafe extern "C" fn(*mut InferenceRequest, u32, *mut c_void);
+pub type ResponseCompleteFn = unsafe extern "C" fn(*mut InferenceResponse, u32, *mut c_void);
 
 /// The backend API this library is written against: major must match, minor is the least we need
 /// (1.16 added request cancellation, Triton 23.10; tritonrt's servers are 24.x and NGC 25.x, API 1.19).
@@ -214,6 +248,39 @@ api_table! {
         metric_args_delete: "TRITONSERVER_MetricArgsDelete" => fn(*mut MetricArgs) -> *mut TritonError;
         parameter_new: "TRITONSERVER_ParameterNew" => fn(*const c_char, u32, *const c_void) -> *mut Parameter;
         parameter_delete: "TRITONSERVER_ParameterDelete" => fn(*mut Parameter);
+        // Calls of other models from a callable (BLS) and the model loading API: without them such calls fail
+        // with a message naming the missing function.
+        error_code: "TRITONSERVER_ErrorCode" => fn(*mut TritonError) -> u32;
+        model_server: "TRITONBACKEND_ModelServer" => fn(*mut Model, *mut *mut Server) -> *mut TritonError;
+        allocator_new: "TRITONSERVER_ResponseAllocatorNew" => fn(*mut *mut ResponseAllocator, AllocFn, ReleaseFn, StartFn) -> *mut TritonError;
+        allocator_delete: "TRITONSERVER_ResponseAllocatorDelete" => fn(*mut ResponseAllocator) -> *mut TritonError;
+        infer_request_new: "TRITONSERVER_InferenceRequestNew" => fn(*mut *mut InferenceRequest, *mut Server, *const c_char, i64) -> *mut TritonError;
+        infer_request_delete: "TRITONSERVER_InferenceRequestDelete" => fn(*mut InferenceRequest) -> *mut TritonError;
+        infer_request_set_id: "TRITONSERVER_InferenceRequestSetId" => fn(*mut InferenceRequest, *const c_char) -> *mut TritonError;
+        infer_request_set_flags: "TRITONSERVER_InferenceRequestSetFlags" => fn(*mut InferenceRequest, u32) -> *mut TritonError;
+        infer_request_set_correlation_id: "TRITONSERVER_InferenceRequestSetCorrelationId" => fn(*mut InferenceRequest, u64) -> *mut TritonError;
+        infer_request_set_correlation_id_string: "TRITONSERVER_InferenceRequestSetCorrelationIdString" => fn(*mut InferenceRequest, *const c_char) -> *mut TritonError;
+        infer_request_set_timeout: "TRITONSERVER_InferenceRequestSetTimeoutMicroseconds" => fn(*mut InferenceRequest, u64) -> *mut TritonError;
+        infer_request_add_input: "TRITONSERVER_InferenceRequestAddInput" => fn(*mut InferenceRequest, *const c_char, u32, *const i64, u64) -> *mut TritonError;
+        infer_request_append_input_data: "TRITONSERVER_InferenceRequestAppendInputData" => fn(*mut InferenceRequest, *const c_char, *const c_void, usize, u32, i64) -> *mut TritonError;
+        infer_request_add_requested_output: "TRITONSERVER_InferenceRequestAddRequestedOutput" => fn(*mut InferenceRequest, *const c_char) -> *mut TritonError;
+        infer_request_set_release_callback: "TRITONSERVER_InferenceRequestSetReleaseCallback" => fn(*mut InferenceRequest, RequestReleaseFn, *mut c_void) -> *mut TritonError;
+        infer_request_set_response_callback: "TRITONSERVER_InferenceRequestSetResponseCallback" => fn(*mut InferenceRequest, *mut ResponseAllocator, *mut c_void, ResponseCompleteFn, *mut c_void) -> *mut TritonError;
+        infer_request_cancel: "TRITONSERVER_InferenceRequestCancel" => fn(*mut InferenceRequest) -> *mut TritonError;
+        infer_request_set_string_parameter: "TRITONSERVER_InferenceRequestSetStringParameter" => fn(*mut InferenceRequest, *const c_char, *const c_char) -> *mut TritonError;
+        infer_request_set_int_parameter: "TRITONSERVER_InferenceRequestSetIntParameter" => fn(*mut InferenceRequest, *const c_char, i64) -> *mut TritonError;
+        infer_request_set_bool_parameter: "TRITONSERVER_InferenceRequestSetBoolParameter" => fn(*mut InferenceRequest, *const c_char, bool) -> *mut TritonError;
+        infer_request_set_double_parameter: "TRITONSERVER_InferenceRequestSetDoubleParameter" => fn(*mut InferenceRequest, *const c_char, f64) -> *mut TritonError;
+        infer_response_delete: "TRITONSERVER_InferenceResponseDelete" => fn(*mut InferenceResponse) -> *mut TritonError;
+        infer_response_error: "TRITONSERVER_InferenceResponseError" => fn(*mut InferenceResponse) -> *mut TritonError;
+        infer_response_output_count: "TRITONSERVER_InferenceResponseOutputCount" => fn(*mut InferenceResponse, *mut u32) -> *mut TritonError;
+        infer_response_output: "TRITONSERVER_InferenceResponseOutput" => fn(*mut InferenceResponse, u32, *mut *const c_char, *mut u32, *mut *const i64, *mut u64, *mut *const c_void, *mut usize, *mut u32, *mut i64, *mut *mut c_void) -> *mut TritonError;
+        server_infer_async: "TRITONSERVER_ServerInferAsync" => fn(*mut Server, *mut InferenceRequest, *mut InferenceTrace) -> *mut TritonError;
+        server_model_is_ready: "TRITONSERVER_ServerModelIsReady" => fn(*mut Server, *const c_char, i64, *mut bool) -> *mut TritonError;
+        server_load_model_with_parameters: "TRITONSERVER_ServerLoadModelWithParameters" => fn(*mut Server, *const c_char, *mut *const Parameter, u64) -> *mut TritonError;
+        server_unload_model: "TRITONSERVER_ServerUnloadModel" => fn(*mut Server, *const c_char) -> *mut TritonError;
+        server_unload_model_and_dependents: "TRITONSERVER_ServerUnloadModelAndDependents" => fn(*mut Server, *const c_char) -> *mut TritonError;
+        parameter_bytes_new: "TRITONSERVER_ParameterBytesNew" => fn(*const c_char, *const c_void, u64) -> *mut Parameter;
     }
 }
 

@@ -227,6 +227,20 @@ impl<'a> Reader<'a> {
         }
         Ok(Metric { family_kind, op, value, name, description, labels, buckets })
     }
+    /// A call id: not 0.
+    fn call_id(&mut self, what: &str) -> Result<u64, WireError> {
+        match self.u64(what)? {
+            0 => Err(malformed(format!("{what}: call id 0"))),
+            id => Ok(id),
+        }
+    }
+    /// A model version: -1 (the server's choice) or >= 1.
+    fn version(&mut self, what: &str) -> Result<i64, WireError> {
+        match self.u64(what)? as i64 {
+            version if version == -1 || version >= 1 => Ok(version),
+            version => Err(malformed(format!("{what}: model version {version} (-1 or >= 1)"))),
+        }
+    }
     fn response(&mut self, header: &Header, index: usize) -> Result<Response<'a>, WireError> {
         let what = format!("response {index}");
         let status = self.u8(&what)?;
@@ -310,6 +324,71 @@ pub fn decode_body<'a>(header: &Header, meta: &'a [u8]) -> Result<Body<'a>, Wire
         KIND_METRICS => {
             let count = reader.count(header.count, METRIC_FIXED_SIZE + 8, "metric updates")?;
             Body::Metrics((0..count).map(|index| reader.metric(index)).collect::<Result<_, _>>()?)
+        }
+        KIND_INFER => {
+            if header.count != 1 {
+                return Err(malformed(format!("INFER: {} requests (one per call)", header.count)));
+            }
+            let call_id = reader.call_id("INFER")?;
+            let call_flags = reader.u32("INFER")?;
+            reader.u32("INFER")?;
+            let model_version = reader.version("INFER")?;
+            let timeout_us = reader.u64("INFER")?;
+            let model_name = reader.name("INFER: the model name")?;
+            let request = reader.request(header, 0)?;
+            Body::Infer(Call { call_id, call_flags, model_version, timeout_us, model_name, request })
+        }
+        KIND_INFER_RESPONSE => {
+            let call_id = reader.call_id("INFER_RESPONSE")?;
+            if header.count > 1 {
+                return Err(malformed(format!("INFER_RESPONSE: {} responses (at most one)", header.count)));
+            }
+            let responses = (0..header.count as usize).map(|index| reader.response(header, index));
+            Body::InferResponse { call_id, responses: responses.collect::<Result<_, _>>()? }
+        }
+        KIND_INFER_CANCEL => Body::InferCancel(reader.call_id("INFER_CANCEL")?),
+        KIND_CONTROL => {
+            let call_id = reader.call_id("CONTROL")?;
+            let op = reader.u8("CONTROL")?;
+            reader.take(7, "CONTROL")?;
+            if op > CONTROL_UNLOAD_DEPENDENTS {
+                return Err(malformed(format!("CONTROL: unknown operation {op}")));
+            }
+            let model_version = reader.version("CONTROL")?;
+            let model_name = reader.name("CONTROL: the model name")?;
+            let config = reader.str(MAX_TEXT_BYTES, "CONTROL: the configuration")?;
+            let file_count = reader.u32("CONTROL")?;
+            let count = reader.count(file_count, 4 + 16, "CONTROL: files")?;
+            let mut files = Vec::with_capacity(count);
+            for _ in 0..count {
+                let path = reader.name("CONTROL: a file's path")?;
+                let (offset, length) = (reader.u64("CONTROL")?, reader.u64("CONTROL")?);
+                if offset.checked_add(length).is_none_or(|end| end > header.data_length) {
+                    return Err(malformed(format!(
+                        "CONTROL: file {path:?}: bytes {offset}+{length} lie outside the {}-byte data section",
+                        header.data_length
+                    )));
+                }
+                files.push(File { path, offset, length });
+            }
+            Body::Control(Control { call_id, op, model_version, model_name, config, files })
+        }
+        KIND_CONTROL_RESULT => {
+            let call_id = reader.call_id("CONTROL_RESULT")?;
+            let status = reader.u8("CONTROL_RESULT")?;
+            let code = reader.u8("CONTROL_RESULT")?;
+            let ready = reader.u8("CONTROL_RESULT")?;
+            reader.take(5, "CONTROL_RESULT")?;
+            let message = reader.str(MAX_TEXT_BYTES, "CONTROL_RESULT: the message")?;
+            if ready > 1 || code > ERROR_CANCELLED {
+                return Err(malformed(format!("CONTROL_RESULT: ready {ready}, error code {code}")));
+            }
+            let error = match status {
+                STATUS_OUTPUTS => None,
+                STATUS_ERROR => Some((code, message)),
+                other => return Err(malformed(format!("CONTROL_RESULT: unknown status {other}"))),
+            };
+            Body::ControlResult(ControlResult { call_id, error, ready: ready == 1 })
         }
         other => return Err(malformed(format!("unknown message kind {other}"))),
     };
@@ -432,6 +511,27 @@ mod tests {
             Body::Cancel(vec![0, 5]),
             Body::Ack(3),
             Body::Metrics(sample_metrics()),
+            Body::Infer(Call {
+                call_id: 5,
+                call_flags: CALL_DECOUPLED,
+                model_version: -1,
+                timeout_us: 250_000,
+                model_name: "identity",
+                request: sample_batch().remove(1),
+            }),
+            Body::InferResponse { call_id: 5, responses: vec![Response::Error { code: ERROR_NOT_FOUND, message: "x" }] },
+            Body::InferResponse { call_id: 5, responses: vec![] },
+            Body::InferCancel(5),
+            Body::Control(Control {
+                call_id: 9,
+                op: CONTROL_LOAD,
+                model_version: -1,
+                model_name: "simple",
+                config: "{}",
+                files: vec![File { path: "1/model.onnx", offset: 2, length: 6 }],
+            }),
+            Body::ControlResult(ControlResult { call_id: 9, error: None, ready: true }),
+            Body::ControlResult(ControlResult { call_id: 9, error: Some((ERROR_NOT_FOUND, "no")), ready: false }),
         ];
         for body in bodies {
             let mut out = Vec::new();

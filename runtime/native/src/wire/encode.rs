@@ -163,6 +163,46 @@ pub fn encode_head(header: &Header, body: &Body<'_>, data_length: u64, out: &mut
         Body::Cancel(indices) => indices.iter().for_each(|&index| writer.u32(index)),
         Body::Ack(_) => {}
         Body::Metrics(metrics) => metrics.iter().for_each(|metric| writer.metric(metric)),
+        Body::Infer(call) => {
+            writer.u64(call.call_id);
+            writer.u32(call.call_flags);
+            writer.u32(0);
+            writer.u64(call.model_version as u64);
+            writer.u64(call.timeout_us);
+            writer.str(call.model_name);
+            writer.request(&call.request);
+        }
+        Body::InferResponse { call_id, responses } => {
+            writer.u64(*call_id);
+            responses.iter().for_each(|response| writer.response(response));
+        }
+        Body::InferCancel(call_id) => writer.u64(*call_id),
+        Body::Control(control) => {
+            writer.u64(control.call_id);
+            writer.u8(control.op);
+            writer.0.extend_from_slice(&[0; 7]);
+            writer.u64(control.model_version as u64);
+            writer.str(control.model_name);
+            writer.str(control.config);
+            writer.u32(control.files.len() as u32);
+            for file in &control.files {
+                writer.str(file.path);
+                writer.u64(file.offset);
+                writer.u64(file.length);
+            }
+        }
+        Body::ControlResult(result) => {
+            writer.u64(result.call_id);
+            let (status, code, message) = match result.error {
+                Some((code, message)) => (STATUS_ERROR, code, message),
+                None => (STATUS_OUTPUTS, 0, ""),
+            };
+            writer.u8(status);
+            writer.u8(code);
+            writer.u8(u8::from(result.ready));
+            writer.0.extend_from_slice(&[0; 5]);
+            writer.str(message);
+        }
     }
     let header = Header {
         kind: body.kind(),

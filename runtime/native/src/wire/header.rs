@@ -1,7 +1,7 @@
 //! The 64-byte message header.
 
 use super::{
-    align, WireError, FLAG_NEW_REGION, KIND_ACK, KIND_HELLO, KIND_METRICS, MAGIC, MAX_COUNT, MAX_DATA_BYTES,
+    align, WireError, FLAG_NEW_REGION, KIND_ACK, KIND_CONTROL_RESULT, KIND_HELLO, MAGIC, MAX_COUNT, MAX_DATA_BYTES,
     MAX_META_BYTES, MAX_REGION_BYTES, VERSION,
 };
 
@@ -55,7 +55,7 @@ impl Header {
             meta_length: u32_at(bytes, 40),
             data_length: u64_at(bytes, 48),
         };
-        if !(KIND_HELLO..=KIND_METRICS).contains(&header.kind) {
+        if !(KIND_HELLO..=KIND_CONTROL_RESULT).contains(&header.kind) {
             return Err(WireError::BadFrame(format!("unknown message kind {}", header.kind)));
         }
         if header.meta_length > MAX_META_BYTES {

@@ -1,4 +1,4 @@
-//! The wire protocol, version 3, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
+//! The wire protocol, version 4, as defined in `runtime/docs/wire-protocol.md` (the one definition; the
 //! tests check these constants and the golden messages against it).
 //!
 //! Decoding never trusts the peer: every count, length, offset, type and name is checked before use, and a
@@ -12,12 +12,14 @@ mod records;
 pub use decode::decode_body;
 pub use encode::{encode, encode_head};
 pub use header::{Header, HEADER_SIZE};
-pub use records::{Body, Correlation, Hello, Metric, Parameter, Request, Response, Tensor, Welcome};
+pub use records::{
+    Body, Call, Control, ControlResult, Correlation, File, Hello, Metric, Parameter, Request, Response, Tensor, Welcome,
+};
 
 use std::fmt;
 
 pub const MAGIC: u32 = 0x5754_5254;
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 pub const DATA_ALIGN: usize = 64;
 
 pub const KIND_HELLO: u16 = 1;
@@ -29,6 +31,11 @@ pub const KIND_BATCH_ERROR: u16 = 6;
 pub const KIND_CANCEL: u16 = 7;
 pub const KIND_ACK: u16 = 8;
 pub const KIND_METRICS: u16 = 9;
+pub const KIND_INFER: u16 = 10;
+pub const KIND_INFER_RESPONSE: u16 = 11;
+pub const KIND_INFER_CANCEL: u16 = 12;
+pub const KIND_CONTROL: u16 = 13;
+pub const KIND_CONTROL_RESULT: u16 = 14;
 
 pub const FLAG_FINAL: u32 = 1;
 pub const FLAG_RETAINED: u32 = 2;
@@ -80,6 +87,15 @@ pub const METRIC_SET: u8 = 1;
 pub const METRIC_OBSERVE: u8 = 2;
 pub const MAX_LABELS: u16 = 64;
 pub const MAX_BUCKETS: u32 = 256;
+pub const CALL_FIXED_SIZE: usize = 32;
+pub const CALL_DECOUPLED: u32 = 1;
+pub const CONTROL_FIXED_SIZE: usize = 24;
+pub const CONTROL_RESULT_FIXED_SIZE: usize = 16;
+pub const CONTROL_IS_READY: u8 = 0;
+pub const CONTROL_LOAD: u8 = 1;
+pub const CONTROL_UNLOAD: u8 = 2;
+pub const CONTROL_UNLOAD_DEPENDENTS: u8 = 3;
+pub const MAX_CALLS: u32 = 1024;
 
 /// Every constant of the specification's constants block, by its name there.
 pub const CONSTANTS: &[(&str, u64)] = &[
@@ -96,6 +112,11 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("KIND_CANCEL", KIND_CANCEL as u64),
     ("KIND_ACK", KIND_ACK as u64),
     ("KIND_METRICS", KIND_METRICS as u64),
+    ("KIND_INFER", KIND_INFER as u64),
+    ("KIND_INFER_RESPONSE", KIND_INFER_RESPONSE as u64),
+    ("KIND_INFER_CANCEL", KIND_INFER_CANCEL as u64),
+    ("KIND_CONTROL", KIND_CONTROL as u64),
+    ("KIND_CONTROL_RESULT", KIND_CONTROL_RESULT as u64),
     ("FLAG_FINAL", FLAG_FINAL as u64),
     ("FLAG_RETAINED", FLAG_RETAINED as u64),
     ("FLAG_NEW_REGION", FLAG_NEW_REGION as u64),
@@ -154,6 +175,15 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("METRIC_OBSERVE", METRIC_OBSERVE as u64),
     ("MAX_LABELS", MAX_LABELS as u64),
     ("MAX_BUCKETS", MAX_BUCKETS as u64),
+    ("CALL_FIXED_SIZE", CALL_FIXED_SIZE as u64),
+    ("CALL_DECOUPLED", CALL_DECOUPLED as u64),
+    ("CONTROL_FIXED_SIZE", CONTROL_FIXED_SIZE as u64),
+    ("CONTROL_RESULT_FIXED_SIZE", CONTROL_RESULT_FIXED_SIZE as u64),
+    ("CONTROL_IS_READY", CONTROL_IS_READY as u64),
+    ("CONTROL_LOAD", CONTROL_LOAD as u64),
+    ("CONTROL_UNLOAD", CONTROL_UNLOAD as u64),
+    ("CONTROL_UNLOAD_DEPENDENTS", CONTROL_UNLOAD_DEPENDENTS as u64),
+    ("MAX_CALLS", MAX_CALLS as u64),
 ];
 
 /// The constants as the specification's block writes them (`NAME = value` lines).

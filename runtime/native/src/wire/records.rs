@@ -85,6 +85,46 @@ pub struct Metric<'a> {
 }
 
 /// A message's metadata, by kind.
+/// A call of another model (INFER): who is called and how; the request follows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call<'a> {
+    pub call_id: u64,
+    pub call_flags: u32,
+    /// -1: the server's choice.
+    pub model_version: i64,
+    /// 0: none.
+    pub timeout_us: u64,
+    pub model_name: &'a str,
+    pub request: Request<'a>,
+}
+
+/// A file of a model to load: its path in the model's folder, and where its bytes lie in the data section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File<'a> {
+    pub path: &'a str,
+    pub offset: u64,
+    pub length: u64,
+}
+
+/// A request to the model repository (CONTROL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control<'a> {
+    pub call_id: u64,
+    pub op: u8,
+    pub model_version: i64,
+    pub model_name: &'a str,
+    pub config: &'a str,
+    pub files: Vec<File<'a>>,
+}
+
+/// The answer to a CONTROL: done (with `ready` for CONTROL_IS_READY), or an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlResult<'a> {
+    pub call_id: u64,
+    pub error: Option<(u8, &'a str)>,
+    pub ready: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body<'a> {
     Hello(Hello<'a>),
@@ -100,6 +140,14 @@ pub enum Body<'a> {
     /// The count of replies processed.
     Ack(u32),
     Metrics(Vec<Metric<'a>>),
+    Infer(Call<'a>),
+    InferResponse {
+        call_id: u64,
+        responses: Vec<Response<'a>>,
+    },
+    InferCancel(u64),
+    Control(Control<'a>),
+    ControlResult(ControlResult<'a>),
 }
 
 impl Body<'_> {
@@ -114,6 +162,11 @@ impl Body<'_> {
             Body::Cancel(_) => KIND_CANCEL,
             Body::Ack(_) => KIND_ACK,
             Body::Metrics(_) => KIND_METRICS,
+            Body::Infer(_) => KIND_INFER,
+            Body::InferResponse { .. } => KIND_INFER_RESPONSE,
+            Body::InferCancel(_) => KIND_INFER_CANCEL,
+            Body::Control(_) => KIND_CONTROL,
+            Body::ControlResult(_) => KIND_CONTROL_RESULT,
         }
     }
 
@@ -125,6 +178,8 @@ impl Body<'_> {
             Body::Cancel(indices) => indices.len() as u32,
             Body::Ack(count) => *count,
             Body::Metrics(metrics) => metrics.len() as u32,
+            Body::Infer(_) => 1,
+            Body::InferResponse { responses, .. } => responses.len() as u32,
             _ => 0,
         }
     }
