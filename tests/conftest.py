@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO_ROOT))  # the hooks package, as cookiecutter's hooks
 
 # Under CI a skip fails (.ci/strict_skips.py): the CI machine has every tool these tests need.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / ".ci"))
-from strict_skips import pytest_runtest_makereport  # noqa: E402, F401 (a hook: pytest finds it by name)
+from strict_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402, F401 (hooks: pytest finds them by name)
 
 # The prompts, in order: what a person answers when they press Enter at each (the default).
 PROMPTS = (

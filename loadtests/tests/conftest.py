@@ -32,7 +32,7 @@ import pytest
 
 # Under CI a skip fails (.ci/strict_skips.py): the CI machine has every tool these tests need.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".ci"))
-from strict_skips import pytest_runtest_makereport  # noqa: E402, F401 (a hook: pytest finds it by name)
+from strict_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402, F401 (hooks: pytest finds them by name)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 180

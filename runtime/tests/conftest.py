@@ -31,7 +31,7 @@ from tritonrt.triton import TritonConfig
 
 # Under CI a skip fails (.ci/strict_skips.py): the CI machine has every tool these tests need.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / ".ci"))
-from strict_skips import pytest_runtest_makereport  # noqa: E402, F401 (a hook: pytest finds it by name)
+from strict_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402, F401 (hooks: pytest finds them by name)
 
 from tests.crash_rerun import pytest_runtest_call  # noqa: E402, F401 (the rerun_on_tritonserver_crash marker's hook)
 
