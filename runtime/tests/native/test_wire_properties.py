@@ -108,6 +108,60 @@ def test_metric_updates_round_trip(updates):
     assert decode(frame(wire.KIND_METRICS, wire.encode_metrics(updates), len(updates), 0)) == updates
 
 
+call_ids = st.integers(1, (1 << 64) - 1)
+versions = st.one_of(st.just(-1), st.integers(1, (1 << 63) - 1))
+calls = st.builds(
+    wire.Call, call_ids, st.sampled_from([0, wire.CALL_DECOUPLED]), versions, st.integers(0, (1 << 64) - 1), names,
+    requests(),
+)  # fmt: skip
+call_responses = st.builds(wire.CallResponses, call_ids, st.lists(responses(), max_size=1))
+
+
+@st.composite
+def controls(draw: st.DrawFn, data_length: int = DATA_LENGTH) -> wire.Control:
+    op = draw(st.integers(wire.CONTROL_IS_READY, wire.CONTROL_UNLOAD_DEPENDENTS))
+    files: tuple[tuple[str, int, int], ...] = ()
+    config = ""
+    if op == wire.CONTROL_LOAD:
+        config = draw(st.text(max_size=20))
+        spans = st.integers(0, data_length).flatmap(lambda at: st.tuples(st.just(at), st.integers(0, data_length - at)))
+        files = tuple((name, *span) for name, span in draw(st.lists(st.tuples(names, spans), max_size=3)))
+    return wire.Control(draw(call_ids), op, draw(versions), draw(names), config, files)
+
+
+control_results = st.one_of(
+    st.builds(wire.ControlResult, call_ids, st.just(wire.STATUS_OUTPUTS), st.just(0), st.integers(0, 1)),
+    st.builds(wire.ControlResult, call_ids, st.just(wire.STATUS_ERROR), st.integers(0, 7), st.just(0), st.text()),
+)
+
+
+def call_frame(kind: int, body, data_length: int = DATA_LENGTH) -> bytes:
+    """A message of one of the calls' kinds (INFER ... CONTROL_RESULT) holding ``body``."""
+    if kind == wire.KIND_INFER:
+        return frame(kind, wire.encode_infer(body), 1, data_length)
+    if kind == wire.KIND_INFER_RESPONSE:
+        return frame(kind, wire.encode_infer_response(body), len(body.responses), data_length)
+    if kind == wire.KIND_INFER_CANCEL:
+        return frame(kind, wire.encode_infer_cancel(body), 0, 0)
+    if kind == wire.KIND_CONTROL:
+        return frame(kind, wire.encode_control(body), 0, data_length)
+    return frame(kind, wire.encode_control_result(body), 0, 0)
+
+
+@given(
+    st.one_of(
+        calls.map(lambda body: (wire.KIND_INFER, body)),
+        call_responses.map(lambda body: (wire.KIND_INFER_RESPONSE, body)),
+        call_ids.map(lambda body: (wire.KIND_INFER_CANCEL, body)),
+        controls().map(lambda body: (wire.KIND_CONTROL, body)),
+        control_results.map(lambda body: (wire.KIND_CONTROL_RESULT, body)),
+    )
+)
+def test_calls_round_trip(message):
+    kind, body = message
+    assert decode(call_frame(kind, body)) == body
+
+
 # Seeds for the hostile-bytes test: small tensors, so that the data is a small part of each message.
 SEED_DATA_LENGTH = 3**3 * 8 + 16
 seed_tensors = tensors(st.lists(st.integers(0, 3), max_size=3).map(tuple), SEED_DATA_LENGTH)
@@ -121,6 +175,14 @@ seeds = st.one_of(
     st.lists(metric_updates, min_size=1, max_size=3).map(
         lambda m: frame(wire.KIND_METRICS, wire.encode_metrics(m), len(m), 0)
     ),
+    st.builds(wire.Call, call_ids, st.just(0), versions, st.integers(0, 9), names, requests(seed_tensors)).map(
+        lambda c: call_frame(wire.KIND_INFER, c, SEED_DATA_LENGTH)
+    ),
+    st.builds(wire.CallResponses, call_ids, st.lists(responses(seed_tensors), min_size=1, max_size=1)).map(
+        lambda r: call_frame(wire.KIND_INFER_RESPONSE, r, SEED_DATA_LENGTH)
+    ),
+    controls(SEED_DATA_LENGTH).map(lambda c: call_frame(wire.KIND_CONTROL, c, SEED_DATA_LENGTH)),
+    control_results.map(lambda r: call_frame(wire.KIND_CONTROL_RESULT, r)),
 )
 # One mutation: its kind, where (taken modulo the span it applies to) and a value.
 mutations = st.lists(

@@ -27,6 +27,20 @@ def _tensor(spec: dict) -> TensorMeta:
     )
 
 
+def _request(r: dict) -> RequestMeta:
+    return RequestMeta(
+        r["id"], r["flags"], r["correlation"],
+        {key: _PARAMETER_TYPES[kind_](value) for key, kind_, value in r["parameters"]},
+        r["requested_outputs"] or None, [_tensor(t) for t in r["inputs"]], r["trace_context"],
+    )  # fmt: skip
+
+
+def _response(r: dict) -> ResponseMeta:
+    return ResponseMeta(
+        _STATUS[r["status"]], [_tensor(t) for t in r.get("outputs", [])], r.get("code", 0), r.get("message", "")
+    )
+
+
 def logical(vector: dict):
     """(header, body, data) of a vector as the Python codec represents them."""
     h, b = vector["header"], vector["body"]
@@ -39,21 +53,21 @@ def logical(vector: dict):
     elif kind == wire.KIND_REFUSE:
         body = b["message"]
     elif kind == wire.KIND_BATCH:
-        body = [
-            RequestMeta(
-                r["id"], r["flags"], r["correlation"],
-                {key: _PARAMETER_TYPES[kind_](value) for key, kind_, value in r["parameters"]},
-                r["requested_outputs"] or None, [_tensor(t) for t in r["inputs"]], r["trace_context"],
-            )
-            for r in b["requests"]
-        ]  # fmt: skip
+        body = [_request(r) for r in b["requests"]]
     elif kind == wire.KIND_REPLY:
-        body = [
-            ResponseMeta(
-                _STATUS[r["status"]], [_tensor(t) for t in r.get("outputs", [])], r.get("code", 0), r.get("message", "")
-            )
-            for r in b["responses"]
-        ]
+        body = [_response(r) for r in b["responses"]]
+    elif kind == wire.KIND_INFER:
+        fields = ("call_id", "call_flags", "model_version", "timeout_us", "model_name")
+        body = wire.Call(*(b[key] for key in fields), _request(b["request"]))
+    elif kind == wire.KIND_INFER_RESPONSE:
+        body = wire.CallResponses(b["call_id"], [_response(r) for r in b["responses"]])
+    elif kind == wire.KIND_INFER_CANCEL:
+        body = b["call_id"]
+    elif kind == wire.KIND_CONTROL:
+        files = tuple((path, offset, length) for path, offset, length in b["files"])
+        body = wire.Control(b["call_id"], b["op"], b["model_version"], b["model_name"], b["config"], files)
+    elif kind == wire.KIND_CONTROL_RESULT:
+        body = wire.ControlResult(b["call_id"], _STATUS[b["status"]], b["code"], b["ready"], b["message"])
     elif kind == wire.KIND_BATCH_ERROR:
         body = (b["code"], b["message"])
     elif kind == wire.KIND_CANCEL:
@@ -68,11 +82,14 @@ def logical(vector: dict):
         ]  # fmt: skip
     else:
         body = h["count"]
-    count = (
-        len(body)
-        if kind in (wire.KIND_BATCH, wire.KIND_REPLY, wire.KIND_CANCEL, wire.KIND_METRICS)
-        else h.get("count", 0)
-    )
+    if kind in (wire.KIND_BATCH, wire.KIND_REPLY, wire.KIND_CANCEL, wire.KIND_METRICS):
+        count = len(body)
+    elif kind == wire.KIND_INFER:
+        count = 1
+    elif kind == wire.KIND_INFER_RESPONSE:
+        count = len(body.responses)
+    else:
+        count = h.get("count", 0)
     fields = {key: h.get(key, 0) for key in ("flags", "seq", "region_size", "region_id", "peer_region_id")}
     return Header(kind, count=count, **fields), body, data
 
@@ -90,6 +107,11 @@ def encode(vector: dict) -> bytes:
         wire.KIND_CANCEL: wire.encode_cancel,
         wire.KIND_ACK: lambda body: b"",
         wire.KIND_METRICS: wire.encode_metrics,
+        wire.KIND_INFER: wire.encode_infer,
+        wire.KIND_INFER_RESPONSE: wire.encode_infer_response,
+        wire.KIND_INFER_CANCEL: wire.encode_infer_cancel,
+        wire.KIND_CONTROL: wire.encode_control,
+        wire.KIND_CONTROL_RESULT: wire.encode_control_result,
     }[kind](body)
     return wire.encode_message(header, meta, len(data)) + data
 
@@ -112,6 +134,10 @@ def test_layout_sizes_match_the_specification():
     assert wire.TENSOR_LAYOUT.size == constants["TENSOR_FIXED_SIZE"]
     assert wire.REQUEST_LAYOUT.size == constants["REQUEST_FIXED_SIZE"]
     assert wire.RESPONSE_LAYOUT.size == constants["RESPONSE_FIXED_SIZE"]
+    assert wire.METRIC_LAYOUT.size == constants["METRIC_FIXED_SIZE"]
+    assert wire.CALL_LAYOUT.size == constants["CALL_FIXED_SIZE"]
+    assert wire.CONTROL_LAYOUT.size == constants["CONTROL_FIXED_SIZE"]
+    assert wire.CONTROL_RESULT_LAYOUT.size == constants["CONTROL_RESULT_FIXED_SIZE"]
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
@@ -136,4 +162,4 @@ def test_golden_message_decodes_to_its_description(vector):
 
 def test_the_golden_set_covers_every_kind():
     kinds = {getattr(wire, f"KIND_{vector['header']['kind']}") for vector in VECTORS}
-    assert kinds == set(range(wire.KIND_HELLO, wire.KIND_METRICS + 1))
+    assert kinds == {value for name, value in wire.CONSTANTS.items() if name.startswith("KIND_")}

@@ -1,4 +1,4 @@
-"""The wire protocol, version 3, between tritonrt's Triton backend and the process that serves the callables.
+"""The wire protocol, version 4, between tritonrt's Triton backend and the process that serves the callables.
 
 Defined in ``runtime/docs/wire-protocol.md``: this module's constants and layouts are checked against that page
 and against the Rust backend (golden messages in ``runtime/native/tests/golden/``). This module holds the
@@ -20,7 +20,14 @@ Buffer: TypeAlias = "bytes | bytearray | memoryview"
 
 __all__ = [
     "BATCH_ERROR_LAYOUT",
+    "CALL_LAYOUT",
+    "CONTROL_LAYOUT",
+    "CONTROL_RESULT_LAYOUT",
     "Buffer",
+    "Call",
+    "CallResponses",
+    "Control",
+    "ControlResult",
     "CONSTANTS",
     "DIMS_LAYOUTS",
     "ELEMENT_SIZES",
@@ -45,7 +52,12 @@ __all__ = [
     "encode_batch",
     "encode_batch_error",
     "encode_cancel",
+    "encode_control",
+    "encode_control_result",
     "encode_hello",
+    "encode_infer",
+    "encode_infer_cancel",
+    "encode_infer_response",
     "encode_message",
     "encode_metrics",
     "encode_reply",
@@ -56,11 +68,12 @@ __all__ = [
 ]
 
 MAGIC = 0x57545254
-VERSION = 3
+VERSION = 4
 HEADER_SIZE = 64
 DATA_ALIGN = 64
 KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_BATCH, KIND_REPLY, KIND_BATCH_ERROR, KIND_CANCEL, KIND_ACK = range(1, 9)
 KIND_METRICS = 9
+KIND_INFER, KIND_INFER_RESPONSE, KIND_INFER_CANCEL, KIND_CONTROL, KIND_CONTROL_RESULT = 10, 11, 12, 13, 14
 FLAG_FINAL, FLAG_RETAINED, FLAG_NEW_REGION, FLAG_DECOUPLED = 1, 2, 4, 8
 LOCATION_INLINE, LOCATION_SENDER_REGION, LOCATION_RECEIVER_REGION = 0, 1, 2
 STATUS_OUTPUTS, STATUS_ERROR, STATUS_NONE = 0, 1, 2
@@ -86,6 +99,12 @@ METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM = 0, 1, 2
 METRIC_ADD, METRIC_SET, METRIC_OBSERVE = 0, 1, 2
 MAX_LABELS = 64
 MAX_BUCKETS = 256
+CALL_FIXED_SIZE = 32
+CALL_DECOUPLED = 1
+CONTROL_FIXED_SIZE = 24
+CONTROL_RESULT_FIXED_SIZE = 16
+CONTROL_IS_READY, CONTROL_LOAD, CONTROL_UNLOAD, CONTROL_UNLOAD_DEPENDENTS = 0, 1, 2, 3
+MAX_CALLS = 1024
 # Every constant of the specification's constants block, by name (the module's upper-case integers).
 CONSTANTS: dict[str, int] = {name: value for name, value in globals().items() if name.isupper() and type(value) is int}
 
@@ -95,10 +114,14 @@ TENSOR_LAYOUT = struct.Struct("<IBBBBQQ")
 REQUEST_LAYOUT = struct.Struct("<IIIIB7xQ")
 RESPONSE_LAYOUT = struct.Struct("<BBHI")
 _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
+_U64 = struct.Struct("<Q")
 HELLO_LAYOUT = struct.Struct("<IIII")
 WELCOME_LAYOUT = struct.Struct("<IIIIQ")
 BATCH_ERROR_LAYOUT = struct.Struct("<B3x")
 METRIC_LAYOUT = struct.Struct("<BBHId")
+CALL_LAYOUT = struct.Struct("<QI4xqQ")
+CONTROL_LAYOUT = struct.Struct("<QB7xq")
+CONTROL_RESULT_LAYOUT = struct.Struct("<QBBB5x")
 DIMS_LAYOUTS = [struct.Struct(f"<{n}q") for n in range(33)]
 ELEMENT_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 13: 4, 14: 2}
 _PADDING = bytes(64)
@@ -156,6 +179,45 @@ class ResponseMeta(NamedTuple):
     outputs: list[TensorMeta]  # STATUS_OUTPUTS
     error_code: int = 0  # STATUS_ERROR
     message: str = ""  # STATUS_ERROR
+
+
+class Call(NamedTuple):
+    """An INFER: a call of another model of the server (BLS) and its request."""
+
+    call_id: int
+    call_flags: int  # CALL_DECOUPLED: any number of responses expected
+    model_version: int  # -1: the server's choice
+    timeout_us: int  # 0: none
+    model_name: str
+    request: RequestMeta
+
+
+class CallResponses(NamedTuple):
+    """An INFER_RESPONSE: the call it answers and its responses (0 or 1)."""
+
+    call_id: int
+    responses: list[ResponseMeta]
+
+
+class Control(NamedTuple):
+    """A CONTROL: an operation of Triton's model repository (CONTROL_*)."""
+
+    call_id: int
+    op: int
+    model_version: int  # CONTROL_IS_READY: -1 for the latest
+    model_name: str
+    config: str = ""  # CONTROL_LOAD: JSON, may be empty
+    files: tuple[tuple[str, int, int], ...] = ()  # CONTROL_LOAD: (path in the model's folder, offset, length)
+
+
+class ControlResult(NamedTuple):
+    """A CONTROL_RESULT: STATUS_OUTPUTS (done) or STATUS_ERROR with its code and message."""
+
+    call_id: int
+    status: int
+    error_code: int = 0
+    ready: int = 0  # CONTROL_IS_READY's answer
+    message: str = ""
 
 
 class Hello(NamedTuple):
@@ -217,7 +279,7 @@ def decode_header(buffer: Buffer, offset: int = 0) -> Header:
             breaks_stream=True,
         )
     header = _new_header((kind, flags, count, seq, region_size, region_id, peer_region_id, meta_length, data_length))
-    if not KIND_HELLO <= kind <= KIND_METRICS:
+    if not KIND_HELLO <= kind <= KIND_CONTROL_RESULT:
         raise WireError(f"unknown message kind {kind}", breaks_stream=True)
     if meta_length > MAX_META_BYTES or data_length > MAX_DATA_BYTES:
         raise WireError(f"message of {meta_length} + {data_length} bytes is over the limits", breaks_stream=True)
@@ -361,4 +423,42 @@ def encode_metrics(updates: Sequence[MetricUpdate]) -> bytearray:
             _pack_str(out, value)
         if buckets:
             out += struct.pack(f"<{len(buckets)}d", *buckets)
+    return out
+
+
+def encode_infer(call: Call) -> bytearray:
+    """The metadata of an INFER (count 1): the call record, then its request record."""
+    out = bytearray(CALL_LAYOUT.pack(call.call_id, call.call_flags, call.model_version, call.timeout_us))
+    _pack_str(out, call.model_name)
+    out += encode_batch([call.request])
+    return out
+
+
+def encode_infer_response(answer: CallResponses) -> bytearray:
+    """The metadata of an INFER_RESPONSE (count: the number of responses, 0 or 1)."""
+    out = bytearray(_U64.pack(answer.call_id))
+    out += encode_reply(answer.responses)
+    return out
+
+
+def encode_infer_cancel(call_id: int) -> bytes:
+    return _U64.pack(call_id)
+
+
+def encode_control(control: Control) -> bytearray:
+    """The metadata of a CONTROL (the files' bytes go in the data section at the offsets given)."""
+    out = bytearray(CONTROL_LAYOUT.pack(control.call_id, control.op, control.model_version))
+    _pack_str(out, control.model_name)
+    _pack_str(out, control.config)
+    out += _U32.pack(len(control.files))
+    for path, offset, length in control.files:
+        _pack_str(out, path)
+        out += _U64.pack(offset)
+        out += _U64.pack(length)
+    return out
+
+
+def encode_control_result(result: ControlResult) -> bytearray:
+    out = bytearray(CONTROL_RESULT_LAYOUT.pack(result.call_id, result.status, result.error_code, result.ready))
+    _pack_str(out, result.message.encode()[:MAX_TEXT_BYTES].decode(errors="ignore"))
     return out

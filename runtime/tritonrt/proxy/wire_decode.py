@@ -13,6 +13,12 @@ from math import prod
 from typing import Any
 
 from tritonrt.proxy.wire import (
+    CALL_DECOUPLED,
+    CALL_LAYOUT,
+    CONTROL_LAYOUT,
+    CONTROL_LOAD,
+    CONTROL_RESULT_LAYOUT,
+    CONTROL_UNLOAD_DEPENDENTS,
     CORRELATION_NONE,
     CORRELATION_STRING,
     CORRELATION_UINT,
@@ -26,7 +32,12 @@ from tritonrt.proxy.wire import (
     KIND_BATCH,
     KIND_BATCH_ERROR,
     KIND_CANCEL,
+    KIND_CONTROL,
+    KIND_CONTROL_RESULT,
     KIND_HELLO,
+    KIND_INFER,
+    KIND_INFER_CANCEL,
+    KIND_INFER_RESPONSE,
     KIND_METRICS,
     KIND_REFUSE,
     KIND_REPLY,
@@ -35,6 +46,7 @@ from tritonrt.proxy.wire import (
     LOCATION_RECEIVER_REGION,
     LOCATION_SENDER_REGION,
     MAX_BUCKETS,
+    MAX_COUNT,
     MAX_LABELS,
     MAX_NAME_BYTES,
     MAX_NDIM,
@@ -52,6 +64,10 @@ from tritonrt.proxy.wire import (
     TENSOR_LAYOUT,
     WELCOME_LAYOUT,
     Buffer,
+    Call,
+    CallResponses,
+    Control,
+    ControlResult,
     Header,
     Hello,
     MetricUpdate,
@@ -62,12 +78,14 @@ from tritonrt.proxy.wire import (
     WireError,
 )
 
-__all__ = ["decode_batch", "decode_body", "decode_reply"]
+__all__ = ["decode_batch", "decode_body", "decode_infer_response", "decode_reply"]
 
 _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
+_U64 = struct.Struct("<Q")
 # NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
 _tensor_meta = partial(tuple.__new__, TensorMeta)
 _request_meta = partial(tuple.__new__, RequestMeta)
+_FILE_SPAN = struct.Struct("<QQ")
 _PARAMETER_MIN = 9  # type byte, key length, one key byte, ... a bool's value
 
 
@@ -243,6 +261,59 @@ class _Reader:
         buckets = struct.unpack_from(f"<{bucket_count}d", self.buffer, self.take(8 * bucket_count, what))
         return MetricUpdate(family_kind, op, value, name, description, labels, buckets)
 
+    def call_id(self, what: str) -> int:
+        call_id: int = self.unpack(_U64, what)[0]
+        if not call_id:
+            raise WireError(f"{what}: call id 0 (calls are numbered from 1)")
+        return call_id
+
+    def version(self, version: int, what: str) -> int:
+        if version != -1 and version < 1:
+            raise WireError(f"{what}: model version {version} (-1 for the latest, else 1 or more)")
+        return version
+
+    def call(self) -> Call:
+        """An INFER's call record and its request."""
+        call_id, flags, version, timeout_us = self.unpack(CALL_LAYOUT, "INFER: the call record")
+        if not call_id:
+            raise WireError("INFER: call id 0 (calls are numbered from 1)")
+        if flags & ~CALL_DECOUPLED:
+            raise WireError(f"INFER: unknown call flags {flags:#x}")
+        self.version(version, "INFER")
+        name = self.name("INFER: the callee's name")
+        return Call(call_id, flags, version, timeout_us, name, self.request(0))
+
+    def control(self) -> Control:
+        call_id, op, version = self.unpack(CONTROL_LAYOUT, "CONTROL")
+        if not call_id:
+            raise WireError("CONTROL: call id 0 (calls are numbered from 1)")
+        if op > CONTROL_UNLOAD_DEPENDENTS:
+            raise WireError(f"CONTROL: unknown operation {op}")
+        self.version(version, "CONTROL")
+        name = self.name("CONTROL: the model's name")
+        config = self.string(MAX_TEXT_BYTES, "CONTROL: the configuration")
+        file_count = self.unpack(_U32, "CONTROL")[0]
+        if file_count > MAX_COUNT or (op != CONTROL_LOAD and (file_count or config)):
+            raise WireError(f"CONTROL: operation {op} with {file_count} files and {len(config)} bytes of configuration")
+        files = []
+        for _ in range(self.count(file_count, 21, "CONTROL's files")):
+            path = self.name("CONTROL: a file's path")
+            offset, length = self.unpack(_FILE_SPAN, f"CONTROL: file {path!r}")
+            if offset + length > self.header.data_length:
+                raise WireError(f"CONTROL: file {path!r} lies outside the {self.header.data_length}-byte data section")
+            files.append((path, offset, length))
+        return Control(call_id, op, version, name, config, tuple(files))
+
+    def control_result(self) -> ControlResult:
+        call_id, status, code, ready = self.unpack(CONTROL_RESULT_LAYOUT, "CONTROL_RESULT")
+        if not call_id:
+            raise WireError("CONTROL_RESULT: call id 0 (calls are numbered from 1)")
+        if status not in (STATUS_OUTPUTS, STATUS_ERROR) or code > ERROR_CANCELLED or ready > 1:
+            raise WireError(f"CONTROL_RESULT: status {status}, error code {code}, ready {ready}")
+        if status == STATUS_OUTPUTS and code:
+            raise WireError(f"CONTROL_RESULT: done, with error code {code}")
+        return ControlResult(call_id, status, code, ready, self.string(MAX_TEXT_BYTES, "CONTROL_RESULT: the message"))
+
     def finish(self) -> None:
         if self.at != self.end:
             raise WireError(f"{self.end - self.at} bytes of metadata left over after the records")
@@ -276,17 +347,43 @@ def decode_reply(header: Header, buffer: Buffer, start: int = 0) -> list[Respons
     return responses
 
 
+def decode_infer_response(header: Header, buffer: Buffer, start: int = 0) -> CallResponses:
+    """The call id and responses (0 or 1) of an INFER_RESPONSE."""
+    reader = _reader(header, buffer, start)
+    if header.count > 1:
+        raise WireError(f"INFER_RESPONSE with {header.count} responses (0 or 1)")
+    call_id = reader.call_id("INFER_RESPONSE")
+    responses = [reader.response(0)] if header.count else []
+    reader.finish()
+    return CallResponses(call_id, responses)
+
+
 def decode_body(header: Header, buffer: Buffer, start: int = 0) -> Any:
     """Any message's metadata: Hello, Welcome, str (REFUSE), list (BATCH, REPLY), (code, message) (BATCH_ERROR),
-    list[int] (CANCEL), int (ACK: replies processed)."""
+    list[int] (CANCEL), int (ACK: replies processed; INFER_CANCEL: the call id), Call (INFER), CallResponses
+    (INFER_RESPONSE), Control, ControlResult."""
     kind = header.kind
     if kind == KIND_BATCH:
         return decode_batch(header, buffer, start)
     if kind == KIND_REPLY:
         return decode_reply(header, buffer, start)
+    if kind == KIND_INFER_RESPONSE:
+        return decode_infer_response(header, buffer, start)
     reader = _reader(header, buffer, start)
     body: object
-    if kind == KIND_HELLO:
+    if kind in (KIND_INFER, KIND_INFER_CANCEL, KIND_CONTROL, KIND_CONTROL_RESULT) and header.count != (
+        kind == KIND_INFER
+    ):
+        raise WireError(f"a message of kind {kind} with count {header.count}")
+    if kind == KIND_INFER:
+        body = reader.call()
+    elif kind == KIND_INFER_CANCEL:
+        body = reader.call_id("INFER_CANCEL")
+    elif kind == KIND_CONTROL:
+        body = reader.control()
+    elif kind == KIND_CONTROL_RESULT:
+        body = reader.control_result()
+    elif kind == KIND_HELLO:
         index, max_batch_size, api_major, api_minor = reader.unpack(HELLO_LAYOUT, "HELLO")
         name = reader.name("HELLO: the model name")
         token = reader.string(MAX_TEXT_BYTES, "HELLO: token")
