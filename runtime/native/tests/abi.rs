@@ -8,13 +8,20 @@
 //! struct (size, alignment, each field's offset and type, against glibc's struct) and every constant, against
 //! glibc's headers. A C mirror of each Rust struct (the same field types in order: `repr(C)` lays it out as C
 //! does) is what is compared. gcc is needed: without it the check is skipped outside CI and fails under `CI`.
+//!
+//! What the sources' reading finds is checked against `tests/abi_source/expected.rs`, which names every function
+//! of each source: a declaration the reading misses fails the check instead of going unchecked. A new declaration
+//! adds its name there.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod abi_source;
-use abi_source::{constants, data_types, repr_c_structs, rust_functions, table_functions, Function};
+use abi_source::{
+    check_exact_sets, constants, data_types, entry_points, expected, repr_c_structs, rust_functions, table_functions,
+    Function,
+};
 
 /// Exported entry points that the vendored headers (Triton 24.10) do not declare yet, and where they come from.
 const NEWER_THAN_HEADERS: &[(&str, &str)] = &[("TRITONBACKEND_ModelInstanceReady", "Triton 25.12")];
@@ -212,10 +219,8 @@ fn generate(sources: &Sources) -> Result<(String, Counts), String> {
         assert_signature(&mut c, "src/triton/api.rs", &function)?;
         counts.signatures += 1;
     }
-    for function in rust_functions(&sources.entry, true) {
-        if !function.symbol.starts_with("TRITONBACKEND_")
-            || NEWER_THAN_HEADERS.iter().any(|(name, _)| *name == function.symbol)
-        {
+    for function in entry_points(&sources.entry) {
+        if NEWER_THAN_HEADERS.iter().any(|(name, _)| *name == function.symbol) {
             continue;
         }
         assert_signature(&mut c, "src/triton/entry.rs", &function)?;
@@ -338,9 +343,48 @@ fn every_declaration_matches_tritons_headers_and_glibc() {
         "ABI check: {} signatures, {} struct layouts ({} fields), {} constants",
         counts.signatures, counts.layouts, counts.fields, counts.constants
     );
-    // Every function of the table, every Triton entry point and every libc function was seen.
-    assert!(counts.signatures >= 42 + 7 + 15, "{counts:?}");
+    // Every function of the table, every Triton entry point the headers declare and every libc function: each
+    // list of expected.rs is what its source declares (every_declared_function_is_read).
+    let signatures =
+        expected::TABLE.len() + expected::ENTRY_POINTS.len() - NEWER_THAN_HEADERS.len() + expected::LIBC.len();
+    assert_eq!(counts.signatures, signatures, "{counts:?}");
     assert_eq!(counts.layouts, STRUCTS.len(), "{counts:?}");
+}
+
+/// The reading of the sources finds exactly the functions `expected.rs` lists (gcc is not needed).
+#[test]
+fn every_declared_function_is_read() {
+    let sources = Sources::read();
+    check_exact_sets(&sources.api, &sources.entry, &sources.sys).unwrap_or_else(|problems| panic!("{problems}"));
+}
+
+/// A declaration the reading misses, or one the lists lack, fails the set check, naming the function.
+#[test]
+fn a_missed_or_unlisted_function_fails_the_set_check() {
+    let cases = [
+        Mismatch {
+            what: "a table entry split over two lines, which the reading does not match",
+            file: |s| &mut s.api,
+            from: "error_delete: \"TRITONSERVER_ErrorDelete\" => fn(",
+            to: "error_delete: \"TRITONSERVER_ErrorDelete\" =>\n        fn(",
+            named: "did not find [\"TRITONSERVER_ErrorDelete\"]",
+        },
+        Mismatch {
+            what: "a libc function no list names",
+            file: |s| &mut s.sys,
+            from: "    fn geteuid() -> u32;\n",
+            to: "    fn geteuid() -> u32;\n    fn getppid() -> c_int;\n",
+            named: "\"getppid\"",
+        },
+    ];
+    for case in cases {
+        let mut sources = Sources::read();
+        let text = (case.file)(&mut sources);
+        assert!(text.contains(case.from), "{}: {:?} is not in the source any more", case.what, case.from);
+        *text = text.replacen(case.from, case.to, 1);
+        let problems = check_exact_sets(&sources.api, &sources.entry, &sources.sys).expect_err(case.what);
+        assert!(problems.contains(case.named), "{}: the problems do not say {:?}:\n{problems}", case.what, case.named);
+    }
 }
 
 /// Each deliberate mismatch fails the check, and gcc names the declaration.
@@ -403,7 +447,8 @@ fn a_wrong_declaration_fails_the_check() {
     }
 }
 
-/// A deliberate mismatch: `from` replaced by `to` in one source file; gcc's error must name `named`.
+/// A deliberate mismatch: `from` replaced by `to` in one source file; the error (gcc's, or the set check's) must
+/// name `named`.
 struct Mismatch {
     what: &'static str,
     file: fn(&mut Sources) -> &mut String,

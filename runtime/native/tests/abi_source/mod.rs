@@ -1,5 +1,10 @@
 //! Reading the crate's own Rust sources for the ABI check (`tests/abi.rs`): functions of the API table and of
 //! `extern "C"` blocks and definitions, constants, `#[repr(C)]` structs and the data type codes, as text.
+//! `expected` lists the functions each source declares, which the reading must find, no more, no fewer.
+
+pub mod expected;
+
+use std::collections::BTreeSet;
 
 /// A function declared in Rust: its C name and its Rust parameter and return types.
 pub struct Function {
@@ -147,4 +152,50 @@ pub fn data_types(dtype: &str) -> Vec<(String, String)> {
         .filter_map(|line| line.trim().trim_end_matches(',').split_once(" = "))
         .map(|(name, code)| (name.trim().to_string(), code.trim().to_string()))
         .collect()
+}
+
+/// The Triton entry points `entry.rs` exports.
+pub fn entry_points(entry: &str) -> Vec<Function> {
+    rust_functions(entry, true).into_iter().filter(|function| function.symbol.starts_with("TRITONBACKEND_")).collect()
+}
+
+/// The functions read from `api.rs`, `entry.rs` and `sys.rs` against `expected.rs`'s lists: what is wrong, where,
+/// and what to do.
+pub fn check_exact_sets(api: &str, entry: &str, sys: &str) -> Result<(), String> {
+    let read = [
+        ("src/triton/api.rs", "TABLE", expected::TABLE, table_functions(api)),
+        ("src/triton/entry.rs", "ENTRY_POINTS", expected::ENTRY_POINTS, entry_points(entry)),
+        ("src/sys.rs", "LIBC", expected::LIBC, rust_functions(sys, false)),
+    ];
+    let mut problems = Vec::new();
+    for (file, list, expected, functions) in read {
+        let found: Vec<&str> = functions.iter().map(|function| function.symbol.as_str()).collect();
+        let found_set: BTreeSet<&str> = found.iter().copied().collect();
+        let expected_set: BTreeSet<&str> = expected.iter().copied().collect();
+        if expected_set.len() != expected.len() {
+            problems.push(format!("tests/abi_source/expected.rs's {list} names a function twice"));
+        }
+        if found_set.len() != found.len() {
+            problems.push(format!("{file} declares a function twice: {found:?}"));
+        }
+        let missed: Vec<&str> = expected_set.difference(&found_set).copied().collect();
+        if !missed.is_empty() {
+            problems.push(format!(
+                "{file}: the check's reading (tests/abi_source/mod.rs) did not find {missed:?}, which \
+                 tests/abi_source/expected.rs's {list} names: the reading misses a declaration (fix the reading), \
+                 or the functions were removed (remove them from {list})"
+            ));
+        }
+        let unlisted: Vec<&str> = found_set.difference(&expected_set).copied().collect();
+        if !unlisted.is_empty() {
+            problems.push(format!(
+                "{file} declares {unlisted:?}, which tests/abi_source/expected.rs's {list} does not name: add them there"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }
