@@ -13,21 +13,28 @@ import os
 import threading
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tritonrt import metrics
 from tritonrt.memory import data_address
 from tritonrt.proxy import wire
-from tritonrt.proxy.error_log import describe
 from tritonrt.proxy.link import Link, PeerGone
+from tritonrt.proxy.outgoing import (
+    Answer,
+    ErrorResponse,
+    Outgoing,
+    Record,
+    as_sent,
+    encode_records,
+    lay_out_inline,
+    metrics_messages,
+)
 from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
-from tritonrt.proxy.tensors import SENT_AS_IS, array_from, encode_bytes, wire_dtype
+from tritonrt.proxy.tensors import SENT_AS_IS, array_from
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import (
-    DATA_ALIGN,
-    DTYPE_BYTES,
     FLAG_FINAL,
     FLAG_NEW_REGION,
     FLAG_RETAINED,
@@ -44,11 +51,6 @@ from tritonrt.proxy.wire import (
     LOCATION_INLINE,
     LOCATION_RECEIVER_REGION,
     LOCATION_SENDER_REGION,
-    MAX_COUNT,
-    RESPONSE_LAYOUT,
-    STATUS_ERROR,
-    STATUS_NONE,
-    STATUS_OUTPUTS,
     Header,
     RequestMeta,
     WireError,
@@ -65,8 +67,6 @@ __all__ = [
     "WorkerSettings",
 ]
 
-_PADDING = bytes(DATA_ALIGN)
-_NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
 _NO_REGION = object()  # never any array's base
 _NEVER_TO_THE_WORKER = frozenset((KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY, KIND_METRICS))  # after HELLO
 
@@ -111,42 +111,6 @@ class InstanceIdentity:
     max_batch_size: int = 0
 
 
-class ErrorResponse(Exception):
-    """A per-request error to send back (``code``: Triton's error code, e.g. wire.ERROR_INVALID_ARG)."""
-
-    def __init__(self, message: str, code: int = wire.ERROR_INTERNAL):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclasses.dataclass(slots=True)
-class _Outgoing:
-    """An output on its way out: the wire's tensor record (named as native/src/wire/records.rs names it), and
-    ``payload``, the data still to place: the little-endian array, or its bytes (a small output that views the
-    backend's region or is not contiguous); None once copied into this side's region, when sent by reference,
-    or when empty."""
-
-    name: bytes  # UTF-8
-    dtype: int
-    location: int
-    offset: int
-    byte_length: int
-    shape: tuple[int, ...]
-    payload: bytes | np.ndarray | None
-
-
-# One response of a reply: its outputs, its error, or nothing (a stream's step without output for that request).
-_Record: TypeAlias = "list[_Outgoing] | BaseException | None"
-
-
-class _Answer(NamedTuple):
-    """A reply's responses sorted for sending: one record each, and the outputs with bytes to place, by name."""
-
-    records: list[_Record]
-    inline: dict[str, list[_Outgoing]]
-    regional: dict[str, list[_Outgoing]]
-
-
 class _MetaKey(NamedTuple):
     """What a batch's decoded metadata depends on (see WorkerConnection._decoded)."""
 
@@ -159,7 +123,7 @@ class _MetaKey(NamedTuple):
 
 # NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
 _meta_key = partial(tuple.__new__, _MetaKey)
-_answer = partial(tuple.__new__, _Answer)
+_answer = partial(tuple.__new__, Answer)
 _header = partial(tuple.__new__, Header)
 
 
@@ -303,9 +267,9 @@ class WorkerConnection:
         holds no reference to the batch's requests and inputs any more, so that this side can tell the backend
         whether the callable kept views of its region."""
         answer = self._sort(responses)  # (what it held of the callable's arrays is gone with its locals)
-        parts, inline_end = _lay_out_inline(answer.inline)
+        parts, inline_end = lay_out_inline(answer.inline)
         region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
-        meta = _encode_records(answer.records)
+        meta = encode_records(answer.records)
         flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
         if final:
             with self._poll_lock:
@@ -324,14 +288,14 @@ class WorkerConnection:
         parts[0] = head = wire.encode_message(header, meta, inline_end)
         total = len(head) + inline_end
         if metrics.REGISTRY.pending:  # (the metrics' updates go first, in the same send)
-            updates = _metrics_messages(seq)
+            updates = metrics_messages(seq)
             parts.insert(0, updates)
             total += len(updates)
         self.link.send(parts, new_region.fd if new_region is not None else -1, total)
         if new_region is not None:
             new_region.close_fd()
 
-    def _sort(self, responses: list[Any]) -> _Answer:
+    def _sort(self, responses: list[Any]) -> Answer:
         """Each response as a record, and the outputs that carry bytes by name and by where they go (consumes
         ``responses``). Outputs are grouped by name so that each output's tensors lie back to back."""
         threshold = self.settings.inline_threshold
@@ -339,9 +303,9 @@ class WorkerConnection:
         # (Locals, gone when this returns: the reply asks whether the callable kept views of the region after.)
         peer_base: object = peer.base if peer is not None else _NO_REGION
         peer_start = peer.start if peer is not None else 0
-        records: list[_Record] = []
-        inline: dict[str, list[_Outgoing]] = {}
-        regional: dict[str, list[_Outgoing]] = {}
+        records: list[Record] = []
+        inline: dict[str, list[Outgoing]] = {}
+        regional: dict[str, list[Outgoing]] = {}
         for response in responses:
             if type(response) is not dict:  # (a dict is the common case: skip the checks below)
                 if response is None or isinstance(response, BaseException):
@@ -356,9 +320,9 @@ class WorkerConnection:
                 array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
                 shape, code = array.shape, SENT_AS_IS.get(array.dtype)
                 if code is None:  # (rare: bytes objects, or a big-endian array)
-                    array, code = _as_sent(array)
+                    array, code = as_sent(array)
                 size = array.nbytes
-                tensor = _Outgoing(name.encode(), code, LOCATION_INLINE, 0, size, shape, array)
+                tensor = Outgoing(name.encode(), code, LOCATION_INLINE, 0, size, shape, array)
                 if size >= threshold:
                     if array.base is peer_base and array.flags.c_contiguous:  # an input, or part of one
                         tensor.location, tensor.offset = LOCATION_RECEIVER_REGION, data_address(array) - peer_start
@@ -380,7 +344,7 @@ class WorkerConnection:
         """True when arrays still view the backend's region used by this batch (see tritonrt.proxy.views)."""
         return self._used_peer_region and self._peer is not None and self._peer.viewed()
 
-    def _lay_out(self, runs: dict[str, list[_Outgoing]]) -> tuple[OwnRegion, bool]:
+    def _lay_out(self, runs: dict[str, list[Outgoing]]) -> tuple[OwnRegion, bool]:
         """Copy the runs into this side's region (each run aligned), making a region when there is no room; the
         region, and whether it is new to the backend."""
         need = 0
@@ -414,7 +378,7 @@ class WorkerConnection:
             self._open = False
         flags = FLAG_RETAINED if self._retained() else 0
         meta = wire.encode_batch_error(code, message)
-        updates = _metrics_messages(seq) if metrics.REGISTRY.pending else b""
+        updates = metrics_messages(seq) if metrics.REGISTRY.pending else b""
         self.link.send([updates, wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
 
     def close(self) -> None:
@@ -432,58 +396,3 @@ class _BatchCancellation:
 
     def cancelled(self) -> set[int]:
         return self._connection.cancelled_in(self._seq)
-
-
-def _as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:
-    """An array that does not travel as it is, and its wire code: a BYTES array's serialization (as uint8), or a
-    big-endian array as little-endian; ValueError naming the dtype when it has no Triton type."""
-    code = wire_dtype(array.dtype)
-    if code == DTYPE_BYTES:
-        return (np.frombuffer(encode_bytes(array), np.uint8) if array.size else np.empty(0, np.uint8)), code
-    return array.astype(array.dtype.newbyteorder("<")), code
-
-
-def _lay_out_inline(runs: dict[str, list[_Outgoing]]) -> tuple[list[bytes | np.ndarray | None], int]:
-    """The parts of a message after its head (``parts[0]``, filled in later): each run of inline tensors aligned,
-    each tensor's offset set; and the inline data's length."""
-    parts: list[bytes | np.ndarray | None] = [b""]  # (inline tensors always carry their bytes)
-    end = 0
-    for run in runs.values():
-        start = align(end)
-        if start > end:
-            parts.append(_PADDING[: start - end])
-            end = start
-        for tensor in run:
-            tensor.offset = end
-            parts.append(tensor.payload)
-            end += tensor.byte_length
-    return parts, end
-
-
-def _metrics_messages(seq: int) -> bytes:
-    """The METRICS messages (MAX_COUNT updates each) of what this process's metrics changed since the last."""
-    updates = metrics.REGISTRY.drain()
-    return b"".join(
-        wire.encode_message(Header(KIND_METRICS, 0, len(chunk), seq), wire.encode_metrics(chunk))
-        for chunk in (updates[start : start + MAX_COUNT] for start in range(0, len(updates), MAX_COUNT))
-    )
-
-
-def _encode_records(records: list[_Record]) -> bytearray:
-    """A REPLY's metadata: one response record per request, after its outputs were placed."""
-    meta = bytearray()
-    pack_tensor = wire.pack_tensor
-    for record in records:
-        if record is None:
-            meta += _NO_OUTPUTS
-        elif isinstance(record, BaseException):
-            message = str(record) if isinstance(record, ErrorResponse) else describe(record)
-            encoded = message.encode()[: wire.MAX_TEXT_BYTES]
-            code = record.code if isinstance(record, ErrorResponse) else wire.ERROR_INTERNAL
-            meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
-            meta += encoded
-        else:
-            meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
-            for t in record:
-                pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
-    return meta

@@ -1,0 +1,132 @@
+"""What the worker sends: outputs (a reply's) and inputs (a call's) sorted into tensor records and the bytes still
+to place, laid out inline, and the metadata of a REPLY; the METRICS messages that go with an answer.
+See :mod:`tritonrt.proxy.connection`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, TypeAlias
+
+import numpy as np
+
+from tritonrt import metrics
+from tritonrt.proxy import wire
+from tritonrt.proxy.error_log import describe
+from tritonrt.proxy.tensors import encode_bytes, wire_dtype
+from tritonrt.proxy.wire import (
+    DATA_ALIGN,
+    DTYPE_BYTES,
+    KIND_METRICS,
+    MAX_COUNT,
+    RESPONSE_LAYOUT,
+    STATUS_ERROR,
+    STATUS_NONE,
+    STATUS_OUTPUTS,
+    Header,
+    align,
+)
+
+__all__ = [
+    "Answer",
+    "ErrorResponse",
+    "Outgoing",
+    "Record",
+    "as_sent",
+    "encode_records",
+    "lay_out_inline",
+    "metrics_messages",
+]
+
+_PADDING = bytes(DATA_ALIGN)
+_NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
+
+
+class ErrorResponse(Exception):
+    """A per-request error to send back (``code``: Triton's error code, e.g. wire.ERROR_INVALID_ARG)."""
+
+    def __init__(self, message: str, code: int = wire.ERROR_INTERNAL):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclasses.dataclass(slots=True)
+class Outgoing:
+    """An output on its way out: the wire's tensor record (named as native/src/wire/records.rs names it), and
+    ``payload``, the data still to place: the little-endian array, or its bytes (a small output that views the
+    backend's region or is not contiguous); None once copied into this side's region, when sent by reference,
+    or when empty."""
+
+    name: bytes  # UTF-8
+    dtype: int
+    location: int
+    offset: int
+    byte_length: int
+    shape: tuple[int, ...]
+    payload: bytes | np.ndarray | None
+
+
+# One response of a reply: its outputs, its error, or nothing (a stream's step without output for that request).
+Record: TypeAlias = "list[Outgoing] | BaseException | None"
+
+
+class Answer(NamedTuple):
+    """A reply's responses sorted for sending: one record each, and the outputs with bytes to place, by name."""
+
+    records: list[Record]
+    inline: dict[str, list[Outgoing]]
+    regional: dict[str, list[Outgoing]]
+
+
+def as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:
+    """An array that does not travel as it is, and its wire code: a BYTES array's serialization (as uint8), or a
+    big-endian array as little-endian; ValueError naming the dtype when it has no Triton type."""
+    code = wire_dtype(array.dtype)
+    if code == DTYPE_BYTES:
+        return (np.frombuffer(encode_bytes(array), np.uint8) if array.size else np.empty(0, np.uint8)), code
+    return array.astype(array.dtype.newbyteorder("<")), code
+
+
+def lay_out_inline(runs: dict[str, list[Outgoing]]) -> tuple[list[bytes | np.ndarray | None], int]:
+    """The parts of a message after its head (``parts[0]``, filled in later): each run of inline tensors aligned,
+    each tensor's offset set; and the inline data's length."""
+    parts: list[bytes | np.ndarray | None] = [b""]  # (inline tensors always carry their bytes)
+    end = 0
+    for run in runs.values():
+        start = align(end)
+        if start > end:
+            parts.append(_PADDING[: start - end])
+            end = start
+        for tensor in run:
+            tensor.offset = end
+            parts.append(tensor.payload)
+            end += tensor.byte_length
+    return parts, end
+
+
+def metrics_messages(seq: int) -> bytes:
+    """The METRICS messages (MAX_COUNT updates each) of what this process's metrics changed since the last."""
+    updates = metrics.REGISTRY.drain()
+    return b"".join(
+        wire.encode_message(Header(KIND_METRICS, 0, len(chunk), seq), wire.encode_metrics(chunk))
+        for chunk in (updates[start : start + MAX_COUNT] for start in range(0, len(updates), MAX_COUNT))
+    )
+
+
+def encode_records(records: list[Record]) -> bytearray:
+    """A REPLY's metadata: one response record per request, after its outputs were placed."""
+    meta = bytearray()
+    pack_tensor = wire.pack_tensor
+    for record in records:
+        if record is None:
+            meta += _NO_OUTPUTS
+        elif isinstance(record, BaseException):
+            message = str(record) if isinstance(record, ErrorResponse) else describe(record)
+            encoded = message.encode()[: wire.MAX_TEXT_BYTES]
+            code = record.code if isinstance(record, ErrorResponse) else wire.ERROR_INTERNAL
+            meta += RESPONSE_LAYOUT.pack(STATUS_ERROR, code, 0, len(encoded))
+            meta += encoded
+        else:
+            meta += RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(record))
+            for t in record:
+                pack_tensor(meta, t.name, t.dtype, t.location, t.offset, t.byte_length, t.shape)
+    return meta
