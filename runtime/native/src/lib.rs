@@ -18,6 +18,7 @@ pub mod error;
 pub mod execute;
 pub mod json;
 pub mod region;
+pub mod served;
 pub mod sys;
 pub mod triton;
 pub mod wire;

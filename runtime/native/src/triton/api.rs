@@ -198,6 +198,9 @@ api_table! {
     model_repository: "TRITONBACKEND_ModelRepository" => fn(*mut Model, *mut u32, *mut *const c_char) -> *mut TritonError;
     model_state: "TRITONBACKEND_ModelState" => fn(*mut Model, *mut *mut c_void) -> *mut TritonError;
     model_set_state: "TRITONBACKEND_ModelSetState" => fn(*mut Model, *mut c_void) -> *mut TritonError;
+    model_auto_complete_config: "TRITONBACKEND_ModelAutoCompleteConfig" => fn(*mut Model, *mut bool) -> *mut TritonError;
+    model_set_config: "TRITONBACKEND_ModelSetConfig" => fn(*mut Model, u32, *mut TritonMessage) -> *mut TritonError;
+    message_from_json: "TRITONSERVER_MessageNewFromSerializedJson" => fn(*mut *mut TritonMessage, *const c_char, usize) -> *mut TritonError;
     instance_name: "TRITONBACKEND_ModelInstanceName" => fn(*mut ModelInstance, *mut *const c_char) -> *mut TritonError;
     instance_model: "TRITONBACKEND_ModelInstanceModel" => fn(*mut ModelInstance, *mut *mut Model) -> *mut TritonError;
     instance_state: "TRITONBACKEND_ModelInstanceState" => fn(*mut ModelInstance, *mut *mut c_void) -> *mut TritonError;

@@ -17,6 +17,8 @@ use super::{check, log, new_error, text};
 use crate::config::{instance_index, Connection, ModelConfig};
 use crate::error::Error;
 use crate::execute::{Executor, Target, BACKEND_VERSION};
+use crate::json;
+use crate::served::{Fit, Served};
 use crate::sys;
 use crate::wire::VERSION;
 
@@ -98,7 +100,8 @@ pub extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut Model) -> *mut Trito
         });
         // SAFETY: our message, deleted once.
         let _ = check(unsafe { (api.message_delete)(message) });
-        let config = ModelConfig::from_json(&json.map_err(Error::internal)?).map_err(Error::internal)?;
+        let json = json.map_err(Error::internal)?;
+        let config = ModelConfig::from_json(&json).map_err(Error::internal)?;
         let (mut kind, mut location) = (0u32, ptr::null::<c_char>());
         // SAFETY: a live model; the location string lives as long as the model (copied at once).
         check(unsafe { (api.model_repository)(model, &mut kind, &mut location) }).map_err(Error::internal)?;
@@ -108,6 +111,7 @@ pub extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut Model) -> *mut Trito
         }
         let connection = Connection::read(Path::new(location))
             .map_err(|e| Error::unavailable(format!("tritonrt backend: model {:?}: {e}", config.name)))?;
+        check_served(model, Path::new(location), &config.name, &json)?;
         let (mut major, mut minor) = (0u32, 0u32);
         // SAFETY: out-pointers are locals.
         check(unsafe { (api.api_version)(&mut major, &mut minor) }).map_err(Error::internal)?;
@@ -115,6 +119,37 @@ pub extern "C" fn TRITONBACKEND_ModelInitialize(model: *mut Model) -> *mut Trito
         // SAFETY: Triton keeps the pointer until ModelFinalize, which takes the box back.
         check(unsafe { (api.model_set_state)(model, Box::into_raw(state).cast()) }).map_err(Error::internal)
     })
+}
+
+/// Check the model's configuration against what its workers serve (a load with a config override may have
+/// changed it; see `served.rs`), and complete one that has no inputs and outputs.
+fn check_served(model: *mut Model, model_dir: &Path, name: &str, json: &str) -> Result<(), Error> {
+    let refused = |e: String| Error::invalid(format!("tritonrt backend: model {name:?}: {e}"));
+    let Some(served) = Served::read(model_dir).map_err(refused)? else {
+        return Ok(());
+    };
+    let api = api();
+    let mut complete = false;
+    // SAFETY: a live model; the out-pointer is a local.
+    check(unsafe { (api.model_auto_complete_config)(model, &mut complete) }).map_err(Error::internal)?;
+    let config = json::parse(json).map_err(Error::internal)?;
+    let Fit::Completed(text) = served.check(&config, complete).map_err(refused)? else {
+        return Ok(());
+    };
+    let mut message = ptr::null_mut();
+    // SAFETY: `text` outlives the call, which copies it into a new message (ours, deleted below).
+    check(unsafe { (api.message_from_json)(&mut message, text.as_ptr().cast(), text.len()) })
+        .map_err(Error::internal)?;
+    // SAFETY: a live model and our message (Triton does not take it); config version 1 is the JSON config.
+    let set = check(unsafe { (api.model_set_config)(model, 1, message) });
+    // SAFETY: our message, deleted once.
+    let _ = check(unsafe { (api.message_delete)(message) });
+    set.map_err(|e| Error::internal(format!("tritonrt backend: model {name:?}: completing its config: {e}")))?;
+    log(
+        LOG_INFO,
+        &format!("tritonrt backend: model {name:?}: its config had no inputs and outputs: completed as bound"),
+    );
+    Ok(())
 }
 
 #[no_mangle]
