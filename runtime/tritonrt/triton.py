@@ -35,13 +35,13 @@ from tritonrt.constants import (
     TRITON_LOCAL_IP,
 )
 from tritonrt.exceptions import PyTritonInvalidOperationError
-from tritonrt.models import trace
+from tritonrt.models import trace, triton_models
 from tritonrt.models.bound import BoundModel
 from tritonrt.models.host import MONITORING_PERIOD_S, HostState, ModelHost
 from tritonrt.models.remote import RemoteModels
 from tritonrt.models.workers import WorkerInfo, WorkerMode, WorkerOptions
 from tritonrt.proxy import telemetry
-from tritonrt.server import environment
+from tritonrt.server import environment, python_env
 from tritonrt.server.api import ServerApi
 from tritonrt.server.command import server_command
 from tritonrt.server.config import (
@@ -106,6 +106,11 @@ class Triton(ModelHost):
 
     Entering ``with Triton()`` starts the server (PyTriton 0.7) and models bound then load at once, unless the
     ``triton_lifecycle_policy`` says to wait for run()/serve() (see TritonLifecyclePolicy).
+
+    ``models_dir`` (tritonrt's own) is a folder of Triton's own models (``<name>/config.pbtxt`` and version
+    folders: ONNX, TensorRT plans, TorchScript, Python-backend ``model.py``) served by the same server, loaded at
+    every start next to the bound models; so are the Triton models in ``config.model_repository`` (see
+    ``tritonrt.models.triton_models``).
     """
 
     def __init__(
@@ -116,6 +121,7 @@ class Triton(ModelHost):
         triton_lifecycle_policy: TritonLifecyclePolicy | None = None,
         security_config: TritonSecurityConfig | None = None,
         recovery: RecoveryPolicy | None = None,
+        models_dir: str | os.PathLike[str] | None = None,
     ):
         vertex_ai = config is not None and bool(config.allow_vertex_ai)
         super().__init__(workspace, security_config, choose_policy(triton_lifecycle_policy, vertex_ai), recovery)
@@ -123,6 +129,9 @@ class Triton(ModelHost):
         _start_callable_tracing(self._config.trace_config)
         self._server: TritonServerProcess | None = None
         self._server_files: tuple[pathlib.Path, dict[str, str]] | None = None  # (server dir, environment)
+        self._models_dir = None if models_dir is None else pathlib.Path(models_dir).absolute()
+        if self._models_dir is not None:
+            triton_models.scan(self._models_dir, "models_dir")  # a missing folder is an error now, not at run()
 
     @property
     def config(self) -> TritonConfig:
@@ -164,12 +173,41 @@ class Triton(ModelHost):
     def _start_with_models(self) -> None:
         assert self._server_files is not None  # set by run()
         self._generation += 1
+        server_dir, env = self._server_files
+        served = self._triton_models()
         for model in self._models.values():
             self._prepare(model)
+        if any(model.runs_in_python_stub for model in served):
+            env = python_env.stub_environment(env, server_dir)
+        repositories = [] if self._models_dir is None else [f"--model-repository={self._models_dir}"]
         # Models bound before the start load during start-up, so the server is ready only once they are.
-        self._start_server(*self._server_files, [f"--load-model={name}" for name in self._models])
+        names = [*(model.name for model in served), *self._models]
+        self._start_server(server_dir, env, repositories + [f"--load-model={name}" for name in names])
         for model in self._models.values():
             trace.apply_trace_config(self._server_api(), model)
+
+    def _triton_models(self) -> list[triton_models.TritonModel]:
+        """The Triton models served beside the bound ones (``models_dir``, ``config.model_repository``), checked:
+        each has a config.pbtxt, no name twice, none the name of a bound model."""
+        groups = []
+        if self._config.model_repository is not None:
+            repository = self._model_repository()
+            groups.append(
+                (
+                    "TritonConfig.model_repository",
+                    triton_models.scan(repository, "TritonConfig.model_repository", skip_bound=True),
+                )
+            )
+        if self._models_dir is not None and self._models_dir.resolve() != self._model_repository().resolve():
+            groups.append(("models_dir", triton_models.scan(self._models_dir, "models_dir")))
+        triton_models.check_unique(groups)
+        served = [model for _, models in groups for model in models]
+        for name in self._models:
+            triton_models.check_bound_name(name, served)
+        return served
+
+    def _check_name(self, model_name: str) -> None:
+        triton_models.check_bound_name(model_name, self._triton_models())
 
     def _restart_server(self) -> None:
         """Start tritonserver again with the bound models, after it exited unasked (the supervisor's call)."""

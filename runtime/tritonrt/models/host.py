@@ -119,6 +119,7 @@ class ModelHost(abc.ABC):
             model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config, workers
         )
         with self._lock:
+            self._check_name(model_name)
             if model_name in self._models:
                 raise PyTritonInvalidOperationError(
                     f"A model named {model_name!r} is already bound; choose another name."
@@ -134,6 +135,11 @@ class ModelHost(abc.ABC):
                     del self._models[model_name]
                     model.stop()
                     raise
+
+    def _check_name(self, model_name: str) -> None:
+        """Raise when ``model_name`` cannot be bound here (a Triton model served beside the bound ones has it);
+        any name can, unless a subclass says otherwise."""
+        return None
 
     def get_access_token(self) -> str | None:
         """The token that opens the restricted endpoints (``triton-access-token`` header); None when nothing is
