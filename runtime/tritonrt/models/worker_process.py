@@ -1,18 +1,16 @@
-"""An instance served by a worker process: forked from this process after bind, watched, stopped, replaced.
-
-How the callable gets in: the worker is a fork of this process, so the callable and everything loaded before
-(weights included, shared copy-on-write) is there. The worker first moves all it inherited out of the garbage
-collector's reach (``gc.freeze()``): a full collection would otherwise write to every tracked object's header
-and so copy each page of a model made of Python objects (vocabularies, trees, lists) into the worker. Then
-``setup(info)`` runs inside it, after
-``CUDA_VISIBLE_DEVICES`` was set to its device (load CUDA models there), then the warm-up. A fork after CUDA
-was initialised here is refused (:func:`~tritonrt.models.workers.check_fork_allowed`).
+"""An instance served by a worker process, as its owner sees it: forked from this process after bind, watched,
+stopped, replaced. The worker's own side (its main, the control socket's messages) is
+:mod:`tritonrt.models.worker_child`.
 
 The socket the model's instance connects to is made and kept by this process; each worker process inherits
 it. A worker that dies leaves it listening: the instance's next connection waits there for the replacement.
 The worker reports over a control socket (ready, connected, peer lost, unrecoverable error) and hands this
 process a copy of each connection it accepts: when it dies inside a call, this process fails the batch it
-held with an error that names the model, the instance and the signal, then closes the copy.
+held with an error that names the model, the instance and the signal, then closes the copy. A fork after CUDA
+was initialised here is refused (:func:`~tritonrt.models.workers.check_fork_allowed`).
+
+Each :class:`ProcessInstance` holds its state under one lock (``_lock``): the caller's thread starts, stops and
+expires the worker; one watcher thread per worker process reads its reports and reaps it.
 
 No worker outlives this process: each has ``PR_SET_PDEATHSIG`` (SIGKILL) set on the thread that forks (one
 long-lived daemon thread, :class:`_Forker`), and it stops once its control socket ends.
@@ -20,28 +18,20 @@ long-lived daemon thread, :class:`_Forker`), and it stops once its control socke
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import enum
-import gc
-import json
 import logging
 import os
 import queue
 import re
 import signal
 import socket
-import stat
-import sys
 import threading
-import traceback
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, NoReturn
 
 from tritonrt.exceptions import PyTritonRuntimeError
-from tritonrt.model_config.triton_model_config import TritonModelConfig
 from tritonrt.models.instance import (
     CallState,
     InstanceWorker,
@@ -49,20 +39,13 @@ from tritonrt.models.instance import (
     TrackedListener,
     batch_error,
 )
-from tritonrt.models.workers import WorkerInfo
-from tritonrt.proxy.connection import WorkerConnection
-from tritonrt.proxy.own_metrics import WORKER_RESTARTS
+from tritonrt.models.worker_child import STOP, ChildSpec, Event, Report, child_main, receive
 from tritonrt.proxy.wire import HEADER_SIZE, KIND_BATCH, WireError, decode_header
-from tritonrt.proxy.worker import CallableWorker
 from tritonrt.server.supervisor import describe_status
 
 __all__ = ["ChildSpec", "ProcessHooks", "ProcessInstance", "ProcessState", "WorkerExit"]
 
 LOGGER = logging.getLogger("tritonrt")
-
-_PR_SET_PDEATHSIG = 1
-_MESSAGE_BYTES = 1 << 16
-_STOP = b'{"event": "stop"}'
 
 
 class ProcessState(enum.Enum):
@@ -74,14 +57,6 @@ class ProcessState(enum.Enum):
     EXITED = "exited"  # died unasked; the supervisor starts it again (or gives up)
     STOPPING = "stopping"
     STOPPED = "stopped"
-
-
-class _Event(enum.Enum):
-    READY = "ready"
-    FAILED = "failed"
-    CONNECTED = "connected"
-    PEER_LOST = "peer_lost"
-    UNRECOVERABLE = "unrecoverable"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,18 +74,6 @@ class WorkerExit:
         return f"model {self.model_name!r} instance {self.instance_index}: its worker process (pid {self.pid}) " + (
             "was killed past the execution timeout" if self.timed_out else describe_status(self.status)
         )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ChildSpec:
-    """What a worker process serves."""
-
-    infer_callable: Callable[..., Any]
-    config: TritonModelConfig
-    strict: bool
-    info: WorkerInfo
-    setup: Callable[[WorkerInfo], None] | None
-    warm_up: Callable[[], None] | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,7 +134,8 @@ def _allow_our_fork() -> None:
 
 
 class ProcessInstance(InstanceWorker):
-    """An instance served by a worker process; see the module's docstring."""
+    """An instance served by a worker process; see the module's docstring. Every attribute that changes after
+    ``__init__`` changes under ``_lock``."""
 
     def __init__(self, listener: TrackedListener, spec: ChildSpec, hooks: ProcessHooks):
         super().__init__(listener, spec.info.instance_index)
@@ -186,7 +150,6 @@ class ProcessInstance(InstanceWorker):
         self._connected = False
         self._timed_out = False
         self._watcher: threading.Thread | None = None
-        self._ready: Future[str | None] = Future()  # None once the worker serves, else why it could not start
 
     @property
     def state(self) -> ProcessState:
@@ -201,23 +164,31 @@ class ProcessInstance(InstanceWorker):
         with self._lock:
             if self._state not in (ProcessState.NEW, ProcessState.EXITED):
                 return  # serving already (a report about an earlier worker), or stopping
-            restart = self._state == ProcessState.EXITED
+            before = self._state
             self._state = ProcessState.STARTING
             self._timed_out = self._connected = False
         self.slot.reset()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        parent = os.getpid()
+        parent, restart = os.getpid(), before is ProcessState.EXITED
         try:
-            pid = _Forker.fork(lambda: _child_main(self._spec, self.listener, theirs, parent, restart))
+            pid = _Forker.fork(lambda: child_main(self._spec, self.listener, theirs, parent, restart))
+        except BaseException:
+            mine.close()
+            with self._lock:
+                if self._state is ProcessState.STARTING:
+                    self._state = before
+            raise
         finally:
             theirs.close()
-        with self._lock:
-            self._pid, self._control, self._reaped = pid, mine, False
+        ready: Future[str | None] = Future()  # None once the worker serves, else why it could not start
         name = f"tritonrt-{self._spec.info.model_name}-{self.instance_index}-watch"
-        self._watcher = threading.Thread(target=self._watch, args=(pid, mine), name=name, daemon=True)
-        ready: Future[str | None] = Future()
-        self._ready = ready
-        self._watcher.start()
+        watcher = threading.Thread(target=self._watch, args=(pid, mine, ready), name=name, daemon=True)
+        with self._lock:
+            self._pid, self._control, self._reaped, self._watcher = pid, mine, False, watcher
+            stopping = self._state is not ProcessState.STARTING  # stop() came during the fork
+        watcher.start()
+        if stopping:
+            _tell_stop(mine)
         failure = ready.result()
         if failure is not None:
             raise PyTritonRuntimeError(
@@ -232,13 +203,11 @@ class ProcessInstance(InstanceWorker):
             self._state = ProcessState.STOPPING
             control = self._control
         if control is not None:
-            try:
-                control.send(_STOP)
-            except OSError:
-                pass
+            _tell_stop(control)
 
     def join(self, timeout: float) -> None:
-        watcher = self._watcher
+        with self._lock:
+            watcher = self._watcher
         if watcher is not None:
             watcher.join(timeout)
             if watcher.is_alive():  # it did not finish its call in time
@@ -251,7 +220,8 @@ class ProcessInstance(InstanceWorker):
 
     @property
     def connected(self) -> bool:
-        return self._state is ProcessState.SERVING and self._connected
+        with self._lock:
+            return self._state is ProcessState.SERVING and self._connected
 
     def is_alive(self) -> bool:
         return self._state in (ProcessState.STARTING, ProcessState.SERVING, ProcessState.EXITED)
@@ -264,10 +234,11 @@ class ProcessInstance(InstanceWorker):
             if self._state is not ProcessState.SERVING or self._timed_out:
                 return
             self._timed_out = True
+            pid = self._pid
         LOGGER.error(
             "Model %r instance %d: batch %d ran longer than the execution timeout (%g s): killing its worker process "
             "(pid %d) to replace it",
-            self._spec.info.model_name, self.instance_index, running.seq, timeout_s, self._pid,
+            self._spec.info.model_name, self.instance_index, running.seq, timeout_s, pid,
         )  # fmt: skip
         self._kill()
 
@@ -279,61 +250,61 @@ class ProcessInstance(InstanceWorker):
                 except ProcessLookupError:
                     pass
 
-    # -- the watcher thread --------------------------------------------------------------------------------------
+    # -- the watcher thread: one per worker process ----------------------------------------------------------------
 
-    def _watch(self, pid: int, control: socket.socket) -> None:
+    def _watch(self, pid: int, control: socket.socket, ready: Future[str | None]) -> None:
         """Read the worker's reports until its control socket ends (it exited), then reap and report it."""
         try:
-            while True:
-                try:
-                    data, fds, _, _ = socket.recv_fds(control, _MESSAGE_BYTES, 1)
-                except OSError:
-                    break
-                if not data:
-                    break
-                self._report(json.loads(data), fds)
+            while (report := receive(control)) is not None:
+                self._report(report, ready)
         finally:
             control.close()
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it has exited; its pid stays ours until reaped
             with self._lock:
                 self._reaped = True
                 _, status = os.waitpid(pid, 0)
-            self._exited(WorkerExit(self._spec.info.model_name, self.instance_index, pid,
-                                    os.waitstatus_to_exitcode(status), self._timed_out))  # fmt: skip
+                timed_out = self._timed_out
+            code = os.waitstatus_to_exitcode(status)
+            self._exited(WorkerExit(self._spec.info.model_name, self.instance_index, pid, code, timed_out), ready)
 
-    def _report(self, message: dict[str, str], fds: list[int]) -> None:
-        event = _Event(message["event"])
-        if event is _Event.CONNECTED:
-            self._adopt(socket.socket(fileno=fds[0]) if fds else None)
-            self._connected = True
-        elif event is _Event.READY:
+    def _report(self, report: Report, ready: Future[str | None]) -> None:
+        event = report.event
+        if event is Event.CONNECTED:
+            connection = socket.socket(fileno=report.fds[0]) if report.fds else None
+            with self._lock:
+                previous, self._connection = self._connection, connection
+                self._connected = True
+            if previous is not None:
+                previous.close()
+            return
+        for fd in report.fds:  # (only a connection comes with one)
+            os.close(fd)
+        if event is Event.READY:
             with self._lock:
                 if self._state is ProcessState.STARTING:
                     self._state = ProcessState.SERVING
-            self._ready.set_result(None)
-        elif event is _Event.FAILED:
-            self._ready.set_result(message.get("text", "its setup failed"))
-        elif event is _Event.PEER_LOST:
-            self._connected = False
+            _settle(ready, None)
+        elif event is Event.FAILED:
+            _settle(ready, report.text or "its setup failed")
+        elif event is Event.PEER_LOST:
+            with self._lock:
+                self._connected = False
             if self._hooks.on_peer_lost is not None:
                 self._hooks.on_peer_lost()
-        elif event is _Event.UNRECOVERABLE:
-            self._hooks.on_unrecoverable(message.get("text", "unrecoverable error"))
+        elif event is Event.UNRECOVERABLE:
+            self._hooks.on_unrecoverable(report.text or "unrecoverable error")
 
-    def _adopt(self, connection: socket.socket | None) -> None:
-        previous, self._connection = self._connection, connection
-        if previous is not None:
-            previous.close()
-
-    def _exited(self, exit: WorkerExit) -> None:
-        connection, self._connection = self._connection, None
+    def _exited(self, exit: WorkerExit, ready: Future[str | None]) -> None:
+        with self._lock:
+            connection, self._connection = self._connection, None
+            stopping = self._state is ProcessState.STOPPING
         running = self.slot.read()
         if connection is not None:
             try:  # from here a batch the backend sends fails to go (EPIPE) and goes again to the next worker
                 connection.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
-            after = "the service is stopping" if self._state is ProcessState.STOPPING else "it is started again"
+            after = "the service is stopping" if stopping else "it is started again"
             message = f"tritonrt: {exit.describe()} while it ran this request; {after}"
             seq = running.seq if running.state is CallState.CALLING else _unread_batch(connection)
             if seq is not None:  # a batch the worker held, or one sent to it after it died: fail it
@@ -343,17 +314,29 @@ class ProcessInstance(InstanceWorker):
                     pass
             connection.close()
         self.slot.reset()
-        if not self._ready.done():
-            self._ready.set_result(f"it {describe_status(exit.status)} during its setup (see its output above)")
+        _settle(ready, f"it {describe_status(exit.status)} during its setup (see its output above)")
         with self._lock:
             unasked = self._state in (ProcessState.STARTING, ProcessState.SERVING)
             if unasked:
                 self._state = ProcessState.EXITED
             self._connected = False
             self._lock.notify_all()
-        if unasked and self._ready.result() is None:  # a start that failed is reported by start() itself
+        if unasked and ready.result() is None:  # a start that failed is reported by start() itself
             LOGGER.error("%s; %s", exit.describe(), "failing the batch it held" if running.seq else "no batch held")
             self._hooks.on_exit(exit)
+
+
+def _settle(ready: Future[str | None], failure: str | None) -> None:
+    """Say once how the worker's start ended (None: it serves); later reports do not change it."""
+    if not ready.done():
+        ready.set_result(failure)
+
+
+def _tell_stop(control: socket.socket) -> None:
+    try:
+        control.send(STOP)
+    except OSError:
+        pass  # the worker is gone already
 
 
 def _unread_batch(connection: socket.socket) -> int | None:
@@ -371,109 +354,3 @@ def _unread_batch(connection: socket.socket) -> int | None:
     except WireError:
         return None
     return header.seq if header.kind == KIND_BATCH else None
-
-
-# -- the worker process ----------------------------------------------------------------------------------------
-
-
-def _child_main(
-    spec: ChildSpec, listener: TrackedListener, control: socket.socket, parent: int, restart: bool
-) -> NoReturn:
-    """The worker process: set up, serve until told to stop (or until this process's parent is gone), exit.
-    ``restart``: it replaces a worker process of this instance that ended (counted in tritonrt's metrics)."""
-    gc.freeze()  # what this process inherited stays shared: see the module's docstring
-    code = 1
-    try:
-        if restart:
-            WORKER_RESTARTS.labels(spec.info.model_name).inc()
-        _die_with_parent(parent)
-        try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole group: the parent stops us
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except ValueError:
-            pass
-        _drop_inherited_sockets(keep={listener.socket.fileno(), control.fileno()})
-        listener.keep_open = True
-        info = spec.info
-        if info.device is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(info.device)
-        if spec.setup is not None:
-            spec.setup(info)
-        if spec.warm_up is not None:
-            spec.warm_up()
-        worker = CallableWorker(
-            spec.infer_callable,
-            listener,
-            spec.config,
-            strict=spec.strict,
-            on_unrecoverable=lambda text: _send(control, _Event.UNRECOVERABLE, text),
-            on_peer_lost=lambda: _send(control, _Event.PEER_LOST),
-        )
-
-        def connected(connection: WorkerConnection) -> None:
-            _send(control, _Event.CONNECTED, fd=connection.link.sock.fileno())
-
-        listener.on_accept = connected
-        threading.Thread(target=_watch_owner, args=(control, listener, worker), daemon=True).start()
-        _send(control, _Event.READY)
-        worker.run()
-        code = 0 if worker.failed is None else 1
-    except BaseException as error:
-        traceback.print_exc()
-        try:
-            _send(control, _Event.FAILED, f"{type(error).__name__}: {error}")
-        except OSError:
-            pass
-    for stream in (sys.stdout, sys.stderr):  # what the callable printed (os._exit flushes nothing)
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-def _send(control: socket.socket, event: _Event, text: str = "", fd: int | None = None) -> None:
-    data = json.dumps({"event": event.value, "text": text}).encode()
-    try:
-        socket.send_fds(control, [data], [fd] if fd is not None else [])
-    except OSError:
-        pass  # the owner is gone: the worker stops by itself
-
-
-def _watch_owner(control: socket.socket, listener: TrackedListener, worker: CallableWorker) -> None:
-    """Stop the worker when the owner says so, or is gone (its end of the control socket closed)."""
-    try:
-        while control.recv(_MESSAGE_BYTES) not in (b"", _STOP):
-            pass
-    except OSError:
-        pass
-    listener.keep_open = False  # the owner closes the socket too: wake the accept
-    worker.stop()
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this process when the thread that forked it ends (it lives as long as the parent process)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:  # the parent died before the prctl
-        os._exit(1)
-
-
-def _drop_inherited_sockets(keep: set[int]) -> None:
-    """Point every inherited socket but ``keep`` at /dev/null: a worker must not hold other workers' connections
-    or listeners open (the peer would never see them end). The numbers stay taken, so that an inherited socket
-    object that is collected later closes /dev/null, not a socket of this worker's."""
-    null = os.open(os.devnull, os.O_RDWR)
-    try:
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd in keep or fd == null:
-                continue
-            try:
-                if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                    os.dup2(null, fd)
-            except OSError:
-                pass
-    finally:
-        os.close(null)
