@@ -43,6 +43,8 @@ const MSG_CMSG_CLOEXEC: c_int = 0x4000_0000;
 const POLLIN: i16 = 1;
 const POLLRDHUP: i16 = 0x2000;
 const CLOCK_MONOTONIC: c_int = 1;
+const EFD_CLOEXEC: c_int = 0o2000000;
+const EFD_NONBLOCK: c_int = 0o4000;
 const S_IFMT: u32 = 0o170000;
 const S_IFREG: u32 = 0o100000;
 /// The most file descriptors one receive accepts; the protocol sends at most one per message.
@@ -108,6 +110,9 @@ extern "C" {
     fn sched_yield() -> c_int;
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     fn geteuid() -> u32;
+    fn eventfd(initval: c_uint, flags: c_int) -> c_int;
+    fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize;
+    fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
 }
 
 fn check(result: c_int) -> io::Result<c_int> {
@@ -387,6 +392,47 @@ pub fn wait_readable(socket: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool
         return if error.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(error) };
     }
     Ok(result > 0)
+}
+
+/// Sleep until the socket or `wake` is readable, at most `timeout_ms`: (socket readable, woken).
+pub fn wait_readable_or_woken(
+    socket: BorrowedFd<'_>,
+    wake: BorrowedFd<'_>,
+    timeout_ms: i32,
+) -> io::Result<(bool, bool)> {
+    let mut entries = [
+        PollFd { fd: socket.as_raw_fd(), events: POLLIN | POLLRDHUP, revents: 0 },
+        PollFd { fd: wake.as_raw_fd(), events: POLLIN, revents: 0 },
+    ];
+    // SAFETY: two pollfds on the stack.
+    let result = unsafe { poll(entries.as_mut_ptr(), 2, timeout_ms) };
+    if result < 0 {
+        let error = io::Error::last_os_error();
+        return if error.kind() == io::ErrorKind::Interrupted { Ok((false, false)) } else { Err(error) };
+    }
+    Ok((entries[0].revents != 0, entries[1].revents != 0))
+}
+
+/// A non-blocking eventfd: other threads `wake` a thread that waits on it with `wait_readable_or_woken`.
+pub fn new_eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new descriptor or -1.
+    let raw = check(unsafe { eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) })?;
+    // SAFETY: `raw` is a descriptor we just opened and nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Make an eventfd readable (any number of wakes before `unwake` count as one).
+pub fn wake(fd: BorrowedFd<'_>) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a local; a full counter (EAGAIN) still leaves the eventfd readable.
+    unsafe { write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Make an eventfd unreadable again (reads its counter; nothing to read is fine).
+pub fn unwake(fd: BorrowedFd<'_>) {
+    let mut count = 0u64;
+    // SAFETY: reads 8 bytes into a local; a non-blocking eventfd at 0 fails with EAGAIN, which is fine.
+    unsafe { read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
 }
 
 /// The user id of the process at the other end of a Unix socket.

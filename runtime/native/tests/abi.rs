@@ -201,7 +201,7 @@ fn generate(sources: &Sources) -> Result<(String, Counts), String> {
     let mut counts = Counts::default();
     let mut c = String::from(
         "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <fcntl.h>\n#include <poll.h>\n#include <sched.h>\n\
-         #include <stddef.h>\n#include <stdint.h>\n#include <sys/mman.h>\n#include <sys/socket.h>\n\
+         #include <stddef.h>\n#include <stdint.h>\n#include <sys/eventfd.h>\n#include <sys/mman.h>\n#include <sys/socket.h>\n\
          #include <sys/stat.h>\n#include <sys/types.h>\n#include <sys/uio.h>\n#include <time.h>\n\
          #include <unistd.h>\n",
     );

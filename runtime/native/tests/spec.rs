@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use triton_tritonrt::dtype::DataType;
 use triton_tritonrt::json::{self, Json};
 use triton_tritonrt::wire::{
-    self, decode_body, encode, Body, Correlation, Header, Hello, Metric, Parameter, Request, Response, Tensor, Welcome,
-    HEADER_SIZE, METRIC_ADD, METRIC_COUNTER, METRIC_HISTOGRAM, METRIC_OBSERVE, METRIC_SET,
+    self, decode_body, encode, Body, Call, Control, ControlResult, Correlation, File, Header, Hello, Metric, Parameter,
+    Request, Response, Tensor, Welcome, HEADER_SIZE, METRIC_ADD, METRIC_COUNTER, METRIC_HISTOGRAM, METRIC_OBSERVE,
+    METRIC_SET,
 };
 
 fn root() -> PathBuf {
@@ -83,6 +84,44 @@ fn tensor(spec: &Json) -> Tensor<'_> {
 }
 
 /// A vector's header and body as the Rust codec represents them, and its data section.
+fn request(r: &Json) -> Request<'_> {
+    Request {
+        id: text(field(r, "id")),
+        trace_context: text(field(r, "trace_context")),
+        flags: int(field(r, "flags")) as u32,
+        correlation: match field(r, "correlation") {
+            Json::Null => Correlation::None,
+            Json::String(id) => Correlation::String(id),
+            other => Correlation::Uint(int(other) as u64),
+        },
+        parameters: field(r, "parameters")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let p = p.as_array().unwrap();
+                let value = match text(&p[1]) {
+                    "string" => Parameter::String(text(&p[2])),
+                    "int" => Parameter::Int(int(&p[2])),
+                    "bool" => Parameter::Bool(p[2].as_bool().unwrap()),
+                    _ => Parameter::Double(float(&p[2])),
+                };
+                (text(&p[0]), value)
+            })
+            .collect(),
+        requested_outputs: field(r, "requested_outputs").as_array().unwrap().iter().map(text).collect(),
+        inputs: field(r, "inputs").as_array().unwrap().iter().map(tensor).collect(),
+    }
+}
+
+fn response(r: &Json) -> Response<'_> {
+    match text(field(r, "status")) {
+        "outputs" => Response::Outputs(field(r, "outputs").as_array().unwrap().iter().map(tensor).collect()),
+        "error" => Response::Error { code: int(field(r, "code")) as u8, message: text(field(r, "message")) },
+        _ => Response::Nothing,
+    }
+}
+
 fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
     let h = field(vector, "header");
     let b = field(vector, "body");
@@ -107,56 +146,8 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
             worker_version: text(field(b, "worker_version")),
         }),
         wire::KIND_REFUSE => Body::Refuse(text(field(b, "message"))),
-        wire::KIND_BATCH => Body::Batch(
-            field(b, "requests")
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| Request {
-                    id: text(field(r, "id")),
-                    trace_context: text(field(r, "trace_context")),
-                    flags: int(field(r, "flags")) as u32,
-                    correlation: match field(r, "correlation") {
-                        Json::Null => Correlation::None,
-                        Json::String(id) => Correlation::String(id),
-                        other => Correlation::Uint(int(other) as u64),
-                    },
-                    parameters: field(r, "parameters")
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|p| {
-                            let p = p.as_array().unwrap();
-                            let value = match text(&p[1]) {
-                                "string" => Parameter::String(text(&p[2])),
-                                "int" => Parameter::Int(int(&p[2])),
-                                "bool" => Parameter::Bool(p[2].as_bool().unwrap()),
-                                _ => Parameter::Double(float(&p[2])),
-                            };
-                            (text(&p[0]), value)
-                        })
-                        .collect(),
-                    requested_outputs: field(r, "requested_outputs").as_array().unwrap().iter().map(text).collect(),
-                    inputs: field(r, "inputs").as_array().unwrap().iter().map(tensor).collect(),
-                })
-                .collect(),
-        ),
-        wire::KIND_REPLY => Body::Reply(
-            field(b, "responses")
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| match text(field(r, "status")) {
-                    "outputs" => {
-                        Response::Outputs(field(r, "outputs").as_array().unwrap().iter().map(tensor).collect())
-                    }
-                    "error" => {
-                        Response::Error { code: int(field(r, "code")) as u8, message: text(field(r, "message")) }
-                    }
-                    _ => Response::Nothing,
-                })
-                .collect(),
-        ),
+        wire::KIND_BATCH => Body::Batch(field(b, "requests").as_array().unwrap().iter().map(request).collect()),
+        wire::KIND_REPLY => Body::Reply(field(b, "responses").as_array().unwrap().iter().map(response).collect()),
         wire::KIND_BATCH_ERROR => {
             Body::BatchError { code: int(field(b, "code")) as u8, message: text(field(b, "message")) }
         }
@@ -187,6 +178,41 @@ fn logical(vector: &Json) -> (Header, Body<'_>, Vec<u8>) {
                 })
                 .collect(),
         ),
+        wire::KIND_INFER => Body::Infer(Call {
+            call_id: int(field(b, "call_id")) as u64,
+            call_flags: int(field(b, "call_flags")) as u32,
+            model_version: int(field(b, "model_version")),
+            timeout_us: int(field(b, "timeout_us")) as u64,
+            model_name: text(field(b, "model_name")),
+            request: request(field(b, "request")),
+        }),
+        wire::KIND_INFER_RESPONSE => Body::InferResponse {
+            call_id: int(field(b, "call_id")) as u64,
+            responses: field(b, "responses").as_array().unwrap().iter().map(response).collect(),
+        },
+        wire::KIND_INFER_CANCEL => Body::InferCancel(int(field(b, "call_id")) as u64),
+        wire::KIND_CONTROL => Body::Control(Control {
+            call_id: int(field(b, "call_id")) as u64,
+            op: int(field(b, "op")) as u8,
+            model_version: int(field(b, "model_version")),
+            model_name: text(field(b, "model_name")),
+            config: text(field(b, "config")),
+            files: field(b, "files")
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let f = f.as_array().unwrap();
+                    File { path: text(&f[0]), offset: int(&f[1]) as u64, length: int(&f[2]) as u64 }
+                })
+                .collect(),
+        }),
+        wire::KIND_CONTROL_RESULT => Body::ControlResult(ControlResult {
+            call_id: int(field(b, "call_id")) as u64,
+            error: (text(field(b, "status")) == "error")
+                .then(|| (int(field(b, "code")) as u8, text(field(b, "message")))),
+            ready: int(field(b, "ready")) == 1,
+        }),
         _ => Body::Ack(number("count") as u32),
     };
     let header = Header {
@@ -213,7 +239,7 @@ fn vectors() -> Json {
 fn golden_messages_encode_byte_for_byte_and_decode_to_their_description() {
     let vectors = vectors();
     let vectors = vectors.as_array().unwrap();
-    assert_eq!(vectors.len(), 9, "one vector per kind");
+    assert_eq!(vectors.len(), 14, "one vector per kind");
     for vector in vectors {
         let name = text(field(vector, "name"));
         let raw = std::fs::read(root().join(format!("tests/golden/{name}.bin"))).unwrap();

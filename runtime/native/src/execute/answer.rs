@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::calls::{CallState, IncomingParts};
 use super::{Executor, Live};
 use crate::batch::Batch;
 use crate::channel::{Broken, Incoming};
@@ -24,6 +25,8 @@ impl Executor {
         let seq = self.seq;
         let decoupled = self.target.decoupled;
         let channel = self.channel.as_mut().expect("connected");
+        let calls = &mut self.calls;
+        let own_top = &mut self.own_top;
         let mut replies: u32 = 0;
         let mut last_check = Instant::now();
         loop {
@@ -36,6 +39,19 @@ impl Executor {
                         Ok(Body::Metrics(updates)) => self.metrics.apply(&updates),
                         Ok(_) => unreachable!("a METRICS header decodes to metrics"),
                         Err(error) => return Err(Broken::Unreadable(error)),
+                    }
+                    continue;
+                }
+                if header.seq == seq && CallState::serves(header.kind) {
+                    // A call of another model, or the model loading API: served, and the wait goes on.
+                    let Some(state) = calls.as_mut() else {
+                        return Err(Broken::OutOfStep { batch: seq, kind: header.kind, seq: header.seq });
+                    };
+                    let body = decode_body(&header, incoming.meta).map_err(Broken::Unreadable)?;
+                    let answer = state.serve(seq, body, &IncomingParts::of(&incoming));
+                    drop(incoming);
+                    if let Some(answer) = answer {
+                        state.answer(channel, own_top, seq, answer)?;
                     }
                     continue;
                 }
@@ -59,6 +75,9 @@ impl Executor {
                     channel.send_control(seq, &Body::Ack(replies))?;
                 }
             }
+            if let Some(state) = calls.as_mut().filter(|state| state.busy()) {
+                state.forward(channel, own_top, seq)?;
+            }
             if last_check.elapsed().as_millis() >= CANCEL_CHECK_MS as u128 {
                 last_check = Instant::now();
                 let cancelled: Vec<u32> = live
@@ -73,6 +92,11 @@ impl Executor {
                 if !cancelled.is_empty() {
                     self.metrics.cancelled(cancelled.len());
                     channel.send_control(seq, &Body::Cancel(cancelled))?;
+                    if live.iter().all(|request| request.done || request.cancel_sent) {
+                        if let Some(state) = calls.as_mut() {
+                            state.cancel_all(false); // nobody waits for what the batch's calls compute
+                        }
+                    }
                 }
             }
         }

@@ -3,7 +3,10 @@
 //! worker's answer.
 
 mod answer;
+mod calls;
 mod send;
+
+pub use calls::{CallEvent, CallHandle, CallOutput, CallResponse, Calls, Events};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,6 +72,10 @@ pub struct Executor {
     message: Vec<u8>,
     metrics: Box<dyn MetricSink>,
     connections: u64,
+    /// Calls of other models from the worker (None: the executor serves none, each fails).
+    calls: Option<calls::CallState>,
+    /// Where the space of our region that the current batch has not used yet starts.
+    own_top: u64,
 }
 
 /// A request of the batch that reached the worker: its index in the batch, and whether it has its final
@@ -82,7 +89,22 @@ struct Live {
 
 impl Executor {
     pub fn new(target: Target) -> Executor {
-        Executor { target, channel: None, seq: 0, message: Vec::new(), metrics: Box::new(NoMetrics), connections: 0 }
+        Executor {
+            target,
+            channel: None,
+            seq: 0,
+            message: Vec::new(),
+            metrics: Box::new(NoMetrics),
+            connections: 0,
+            calls: None,
+            own_top: 0,
+        }
+    }
+
+    /// Serve the worker's calls of other models (and the model loading API) with `calls`.
+    pub fn with_calls(mut self, calls: Box<dyn Calls>) -> std::io::Result<Executor> {
+        self.calls = Some(calls::CallState::new(calls)?);
+        Ok(self)
     }
 
     /// Report to `metrics` from now on.
@@ -106,7 +128,8 @@ impl Executor {
             token: &target.token,
             backend_version: BACKEND_VERSION,
         };
-        let channel = Channel::connect(&target.socket, &hello, target.decoupled, target.owner, HANDSHAKE_TIMEOUT)?;
+        let mut channel = Channel::connect(&target.socket, &hello, target.decoupled, target.owner, HANDSHAKE_TIMEOUT)?;
+        channel.set_wake(self.calls.as_ref().map(|calls| calls.wake.clone()));
         self.channel = Some(channel);
         self.connections += 1;
         if self.connections > 1 {
@@ -131,6 +154,9 @@ impl Executor {
     /// Answer every request of `batch`. Never fails as a whole: each request gets its response or its error.
     pub fn execute<B: Batch>(&mut self, batch: &mut B) -> Timing {
         let mut timing = Timing { batch_size: 0, ..Timing::default() };
+        if let Some(calls) = self.calls.as_mut() {
+            calls.drop_stale();
+        }
         let mut live = Vec::with_capacity(batch.len());
         let mut failed = Vec::new();
         // No check of the connection before sending (a system call per batch): a worker that went away since the
@@ -174,6 +200,9 @@ impl Executor {
                 batch.fail(request.index, &failure);
                 request.done = true;
             }
+        }
+        if let Some(calls) = self.calls.as_mut() {
+            calls.cancel_all(true); // the batch is answered: what its callable still waits for is dropped
         }
         timing.compute_end_ns = sys::monotonic_ns();
         self.metrics.batch_done(timing.compute_end_ns.saturating_sub(timing.compute_start_ns));

@@ -85,6 +85,7 @@ impl Executor {
                 }
             }
         }
+        self.own_top = region_end;
         let (region_id, announce) = if region_end > 0 {
             let (region, announce) = channel.own_region(region_end).map_err(SendError::Requests)?;
             (region.id, announce)

@@ -11,6 +11,7 @@ use super::api::{
     self, api, Backend, Model, ModelInstance, Request, TritonError, API_MAJOR, API_MINOR, ARTIFACT_FILESYSTEM,
     LOG_ERROR, LOG_INFO,
 };
+use super::calls::TritonCalls;
 use super::metrics::{self, InstanceMetrics};
 use super::requests::TritonBatch;
 use super::{check, log, new_error, text};
@@ -200,6 +201,14 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ModelInst
             api_version: state.api_version,
         })
         .with_metrics(Box::new(InstanceMetrics::new(&state.config.name, name)));
+        if let Some(model_server) = api.model_server {
+            let mut server = ptr::null_mut();
+            // SAFETY: a live model; out-pointer is a local.
+            check(unsafe { model_server(model, &mut server) }).map_err(Error::internal)?;
+            executor = executor
+                .with_calls(Box::new(TritonCalls::new(server)))
+                .map_err(|e| Error::internal(format!("tritonrt backend: instance {name:?}: eventfd: {e}")))?;
+        }
         executor.connect().map_err(|e| Error::unavailable(format!("tritonrt backend: instance {name:?}: {e}")))?;
         let state = Box::new(InstanceState { decoupled: state.config.decoupled, executor: Mutex::new(executor) });
         // SAFETY: Triton keeps the pointer until ModelInstanceFinalize, which takes the box back.

@@ -2,6 +2,7 @@
 //! a `Batch` (`requests`) and Triton's custom metrics (`metrics`). All `unsafe` code that touches Triton's objects lives here.
 
 pub mod api;
+mod calls;
 mod entry;
 mod metrics;
 mod requests;

@@ -519,7 +519,10 @@ mod tests {
                 model_name: "identity",
                 request: sample_batch().remove(1),
             }),
-            Body::InferResponse { call_id: 5, responses: vec![Response::Error { code: ERROR_NOT_FOUND, message: "x" }] },
+            Body::InferResponse {
+                call_id: 5,
+                responses: vec![Response::Error { code: ERROR_NOT_FOUND, message: "x" }],
+            },
             Body::InferResponse { call_id: 5, responses: vec![] },
             Body::InferCancel(5),
             Body::Control(Control {

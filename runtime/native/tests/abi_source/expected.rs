@@ -127,4 +127,7 @@ pub const LIBC: &[&str] = &[
     "sched_yield",
     "dlsym",
     "geteuid",
+    "eventfd",
+    "read",
+    "write",
 ];

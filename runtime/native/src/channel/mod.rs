@@ -2,11 +2,11 @@
 //! regions (ours for inputs, the worker's for outputs).
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
@@ -14,7 +14,7 @@ use crate::region::{size_for, OwnRegion, PeerRegion};
 use crate::sys;
 use crate::wire::{
     decode_body, encode, Body, Header, Hello, WireError, FLAG_DECOUPLED, FLAG_NEW_REGION, HEADER_SIZE, KIND_REFUSE,
-    KIND_WELCOME, VERSION,
+    KIND_WELCOME,
 };
 
 const INITIAL_BUFFER: usize = 64 << 10;
@@ -34,136 +34,9 @@ pub struct Settings {
     pub worker_version: String,
 }
 
-/// The connection cannot go on (the peer closed, the stream is out of step, a socket error). What was in
-/// flight fails with this; the next batch connects again.
-#[derive(Debug)]
-pub enum Broken {
-    Send(io::Error),
-    Wait(io::Error),
-    Read(io::Error),
-    /// The worker closed the connection.
-    Closed,
-    /// More descriptors arrived than messages that announce them.
-    ExtraDescriptors,
-    /// A message announced a new region and no descriptor came with it.
-    MissingDescriptor,
-    /// The worker speaks another version of the wire protocol.
-    Version {
-        peer: u16,
-    },
-    /// A header that cannot be decoded, or a METRICS message (which has no requests to fail instead).
-    Unreadable(WireError),
-    /// A message that is not an answer to the batch in flight.
-    OutOfStep {
-        batch: u64,
-        kind: u16,
-        seq: u64,
-    },
-    /// A partial (non-final) reply to a model that is not decoupled.
-    PartialReply,
-}
+mod errors;
 
-impl fmt::Display for Broken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Broken::Send(error) => write!(f, "sending to the worker failed: {error}"),
-            Broken::Wait(error) => write!(f, "waiting for the worker failed: {error}"),
-            Broken::Read(error) => write!(f, "reading from the worker failed: {error}"),
-            Broken::Closed => f.write_str("the worker closed the connection (its process stopped or died)"),
-            Broken::ExtraDescriptors => {
-                f.write_str("the worker sent more region descriptors than messages that announce them")
-            }
-            Broken::MissingDescriptor => f.write_str("a new region was announced without its descriptor"),
-            Broken::Version { peer } => write!(
-                f,
-                "the worker speaks wire protocol version {peer}, this backend version {VERSION}: install the tritonrt \
-                 runtime and its backend from the same release"
-            ),
-            Broken::Unreadable(error) => write!(f, "the worker sent a message that cannot be read: {error}"),
-            Broken::OutOfStep { batch, kind, seq } => {
-                write!(f, "the worker answered batch {batch} with a message of kind {kind} for batch {seq}")
-            }
-            Broken::PartialReply => f.write_str("the worker streamed a partial reply to a model that is not decoupled"),
-        }
-    }
-}
-
-impl std::error::Error for Broken {}
-
-/// Why `Channel::connect` failed; each says what to fix.
-#[derive(Debug)]
-pub enum ConnectError {
-    /// Nothing listens at the socket.
-    Unreachable { model: String, path: PathBuf, error: io::Error },
-    /// The peer's credentials could not be read.
-    Credentials(io::Error),
-    /// The listener runs as another user than the owner of the connection file.
-    WrongUser { path: PathBuf, uid: u32, owner: u32 },
-    /// The HELLO could not be sent.
-    Hello(Broken),
-    /// The connection broke before the answer to the HELLO.
-    Handshake { path: PathBuf, broken: Broken },
-    /// No answer to the HELLO in time.
-    Timeout { path: PathBuf, timeout: Duration },
-    /// An answer to the HELLO that cannot be decoded.
-    BadAnswer(WireError),
-    /// The worker refused this instance (its message says why).
-    Refused { model: String, message: String },
-    /// The HELLO was answered with neither WELCOME nor REFUSE.
-    UnexpectedKind(u16),
-}
-
-impl fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnectError::Unreachable { model, path, error } => write!(
-                f,
-                "cannot connect to the tritonrt process serving model {model:?} at {}: {error}. That process must be \
-                 running (it writes the model repository and listens while it serves).",
-                path.display()
-            ),
-            ConnectError::Credentials(error) => write!(f, "cannot read the peer's credentials: {error}"),
-            ConnectError::WrongUser { path, uid, owner } => write!(
-                f,
-                "the process listening at {} runs as user {uid}, but the model's connection file belongs to user \
-                 {owner}: refusing to send it requests",
-                path.display()
-            ),
-            ConnectError::Hello(broken) => broken.fmt(f),
-            ConnectError::Handshake { path, broken } => {
-                write!(f, "the handshake with the tritonrt process at {} failed: {broken}", path.display())
-            }
-            ConnectError::Timeout { path, timeout } => {
-                write!(f, "the tritonrt process at {} did not answer the handshake within {timeout:?}", path.display())
-            }
-            ConnectError::BadAnswer(error) => write!(f, "bad handshake answer: {error}"),
-            ConnectError::Refused { model, message } => {
-                write!(f, "the tritonrt process serving model {model:?} refused this instance: {message}")
-            }
-            ConnectError::UnexpectedKind(kind) => write!(f, "the handshake was answered with a message of kind {kind}"),
-        }
-    }
-}
-
-impl std::error::Error for ConnectError {}
-
-/// Why a message could not be sent.
-#[derive(Debug)]
-pub enum SendFailed {
-    /// The worker had closed the connection before any byte of the message went (it went away between
-    /// messages): nothing of it reached anyone, so it can be sent again on a new connection.
-    Unsent(Broken),
-    /// The connection broke, perhaps part-way through the message.
-    Broken(Broken),
-}
-
-impl SendFailed {
-    pub fn into_broken(self) -> Broken {
-        match self {
-            SendFailed::Unsent(broken) | SendFailed::Broken(broken) => broken,
-        }
-    }
-}
+pub use errors::{Broken, ConnectError, SendFailed};
 
 /// A received message. Its bytes stay valid until the next receive.
 pub struct Incoming<'c> {
@@ -221,6 +94,9 @@ pub struct Channel {
     /// A message was sent since the last read: its answer cannot have come yet, so the next receive waits
     /// before it reads (one system call fewer per answer).
     awaiting: bool,
+    /// An eventfd that ends a wait early (the answers of calls of other models are ready): the wait then
+    /// returns no message.
+    wake: Option<Arc<OwnedFd>>,
 }
 
 impl Channel {
@@ -263,6 +139,7 @@ impl Channel {
             spin: Spin { limit: Duration::ZERO, catch_rate: 1.0, waits: 0 },
             scratch: Vec::new(),
             awaiting: false,
+            wake: None,
         };
         let flags = if decoupled { FLAG_DECOUPLED } else { 0 };
         let mut message = Vec::new();
@@ -346,6 +223,36 @@ impl Channel {
         Ok((self.own.as_mut().expect("region set above"), announce))
     }
 
+    /// `need` bytes of our region from `top` on (aligned): their offset, and whether the next message must carry
+    /// the region's descriptor. A region without that room is replaced by a new one (the worker's mapping keeps
+    /// the old one's memory while it views it), whose space starts at 0.
+    pub fn own_space(&mut self, top: u64, need: u64) -> Result<(u64, bool), Error> {
+        let start = crate::wire::align(top as usize) as u64;
+        if let Some(own) = &self.own {
+            if start.checked_add(need).is_some_and(|end| end <= own.size()) {
+                return Ok((start, !self.own_announced));
+            }
+        }
+        self.own = None;
+        let (_, announce) = self.own_region(need)?;
+        Ok((0, announce))
+    }
+
+    /// Our current region's id (0: none).
+    pub fn own_region_id(&self) -> u32 {
+        self.own.as_ref().map_or(0, |own| own.id)
+    }
+
+    /// Our current region's size (0: none).
+    pub fn own_region_size(&self) -> u64 {
+        self.own.as_ref().map_or(0, OwnRegion::size)
+    }
+
+    /// Copy `bytes` into our region at `offset`; false when there is no region or they do not fit.
+    pub fn own_mapping_copy_in(&mut self, offset: u64, bytes: &[u8]) -> bool {
+        self.own.as_mut().is_some_and(|own| own.mapping_mut().copy_in(offset, bytes))
+    }
+
     /// Stop using our region (the worker keeps views of it); the next batch creates a new one.
     pub fn retire_own_region(&mut self) {
         self.own = None;
@@ -372,7 +279,19 @@ impl Channel {
                 return Ok(true);
             }
         }
-        sys::wait_readable(self.stream.as_fd(), timeout_ms).map_err(Broken::Wait)
+        match &self.wake {
+            Some(wake) => {
+                let (readable, woken) =
+                    sys::wait_readable_or_woken(self.stream.as_fd(), wake.as_fd(), timeout_ms).map_err(Broken::Wait)?;
+                Ok(readable && !woken)
+            }
+            None => sys::wait_readable(self.stream.as_fd(), timeout_ms).map_err(Broken::Wait),
+        }
+    }
+
+    /// End waits early when `wake` becomes readable (see `sys::wake`).
+    pub fn set_wake(&mut self, wake: Option<Arc<OwnedFd>>) {
+        self.wake = wake;
     }
 
     /// The next message, waiting at most `timeout_ms` (None when it has not come by then).
