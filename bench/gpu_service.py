@@ -7,9 +7,14 @@ Run by ``bench/gpu_check.py run`` with the baked project's ``src/`` and ``runtim
 The model is the project's own (``Model``, bound by its ``service.bind`` with its settings), and requests go
 through its own ``Client`` over gRPC and HTTP. What is checked:
 
-- CUDA: a forward hook on the model's torch module records the device of every batch it computes; the
-  check needs every served batch on ``cuda``. Without CUDA it refuses to run, unless ``--allow-cpu``
-  (then everything runs and the result is printed as a dry run, never as a GPU result).
+- CUDA: a forward hook on the model's torch module records the device of every batch it computes, where the
+  forward pass runs: the service's worker processes (the pytorch default) each load their own model in their
+  setup, so the hook is set on every model the service makes (``record_devices``), in whichever process makes
+  it. The counts come back through a tritonrt metric (``gpu_check_samples``, labelled by device and process),
+  which Triton's ``/metrics`` adds up over the processes. The check needs every served batch on ``cuda``,
+  computed in the service's own processes. Without torch the placeholder computes on numpy (device
+  ``numpy``): the same path, testable on CPU. Without CUDA it refuses to run, unless ``--allow-cpu`` (then
+  everything runs and the result is printed as a dry run, never as a GPU result).
 - Values: random inputs at batch sizes 1, 3 and the largest batch, against numpy's mean of each sample
   (the placeholder model's contract), computed here independently of the model.
 
@@ -22,7 +27,6 @@ requests/s, samples/s, p50 and p99 latency.
 from __future__ import annotations
 
 import argparse
-import collections
 import importlib
 import json
 import os
@@ -39,6 +43,7 @@ import numpy as np
 
 SAMPLE_VALUES = 16  # the size of the `-1` dimension of the check's inputs
 RTOL, ATOL = 1e-5, 1e-6  # float32 on the GPU against float64 in numpy
+SAMPLES_METRIC = "gpu_check_samples"
 
 
 def free_ports(count: int) -> list[int]:
@@ -90,6 +95,45 @@ def check_values(client_module, spec, url: str, rng: np.random.Generator) -> lis
                     f"{url} batch {batch}: got {got.ravel()[:4]}..., want {reference(features).ravel()[:4]}..."
                 )
     return failures
+
+
+def record_devices(model_module, service_module) -> None:
+    """Have every ``Model`` the service makes count the samples it computes, by device and process: each worker
+    process's own model (made in its setup) as well as one made here (worker threads). The counts travel as a
+    tritonrt metric with the batches' answers to Triton's ``/metrics`` (:func:`devices_used`)."""
+    from tritonrt.metrics import Counter
+
+    samples = Counter(SAMPLES_METRIC, "Samples the model computed, by device and process", labelnames=("device", "pid"))
+    base = model_module.Model
+
+    class Recorded(base):  # the service makes its models by this name
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            if self.module is not None:
+                self.module.register_forward_hook(
+                    lambda _module, _inputs, output: samples.labels(output.device.type, os.getpid()).inc(len(output))
+                )
+                return
+            predict = self.predict  # torch is not installed: the placeholder computes on numpy
+
+            def counted(**inputs: np.ndarray) -> dict:
+                samples.labels("numpy", os.getpid()).inc(len(next(iter(inputs.values()))))
+                return predict(**inputs)
+
+            self.predict = counted
+
+    model_module.Model = service_module.Model = Recorded
+
+
+def devices_used(metrics_url: str) -> dict[str, dict[int, float]]:
+    """The samples computed per device and per process, from Triton's ``/metrics`` (:func:`record_devices`)."""
+    with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    used: dict[str, dict[int, float]] = {}
+    for labels, value in re.findall(rf"^{SAMPLES_METRIC}\{{([^}}]*)\}} (\S+)$", text, re.MULTILINE):
+        named = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        used.setdefault(named["device"], {})[int(named["pid"])] = float(value)
+    return used
 
 
 def inference_counts(metrics_url: str, model_name: str) -> tuple[float, float]:
@@ -183,12 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = modules["settings"].Settings.from_env({f"{prefix}HTTP_PORT": str(http_port),
                                                       f"{prefix}GRPC_PORT": str(grpc_port),
                                                       f"{prefix}METRICS_PORT": str(metrics_port)})  # fmt: skip
-    model = modules["model"].Model()
-    devices: collections.Counter[str] = collections.Counter()  # device -> samples its forward computed
-    if model.module is not None:
-        model.module.register_forward_hook(
-            lambda _module, _inputs, output: devices.update({output.device.type: len(output)})
-        )
+    record_devices(modules["model"], modules["service"])
+    # As the service does: with worker processes (the pytorch default) each loads its own model in its setup,
+    # and this process none (CUDA must not start before the fork).
+    in_workers = modules["service"].loads_in_workers(settings)
+    model = None if in_workers else modules["service"].Model()
     rng = np.random.default_rng(2026)
     urls = {"http": f"http://127.0.0.1:{http_port}", "grpc": f"grpc://127.0.0.1:{grpc_port}"}
     security = TritonSecurityConfig(access_token=settings.access_token)
@@ -197,15 +240,20 @@ def main(argv: list[str] | None = None) -> int:
         triton.run()
         failures = [failure for url in urls.values() for failure in check_values(modules["client"], spec, url, rng)]
         rows = measure(modules, urls["grpc"], f"http://127.0.0.1:{metrics_port}", args.seconds, rng)
+        used = devices_used(f"http://127.0.0.1:{metrics_port}")
 
     device_name = torch.cuda.get_device_name(0) if cuda else platform.processor() or "CPU"
-    where = "numpy (torch not installed)" if model.module is None else f"torch on {model.device}"
+    where = "worker processes" if in_workers else "worker threads"
     print(
         f"\nGPU check: {args.project.name} ({where}, {device_name}); Python {platform.python_version()}, "
         f"numpy {np.__version__}" + (f", torch {torch.__version__}" if torch else "")
     )
-    print(f"  samples computed per device: {dict(devices) or 'none recorded (no torch module)'}")
-    if cuda:
+    devices = {device: sum(by_pid.values()) for device, by_pid in used.items()}
+    pids = {pid for by_pid in used.values() for pid in by_pid}
+    processes = (f"{len(pids)} worker process(es), pid {', '.join(map(str, sorted(pids)))}" if in_workers
+                 else f"this process, pid {os.getpid()}")  # fmt: skip
+    print(f"  samples computed per device: {devices or 'none recorded'} (in {processes})")
+    if cuda and not in_workers:  # (a worker's allocations are its own: not seen from here)
         print(f"  torch.cuda.max_memory_allocated: {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")
     print(
         f"  values: batches of 1, 3 and {spec.MAX_BATCH_SIZE} over HTTP and gRPC against numpy: "
@@ -222,17 +270,21 @@ def main(argv: list[str] | None = None) -> int:
             f"  {label:48} {figures['requests/s']:9.0f} {figures['samples/s']:10.0f} {figures['p50 ms']:8.2f} "
             f"{figures['p99 ms']:8.2f} {figures['mean batch']:10.1f}"
         )
-    on_cuda = cuda and set(devices) == {"cuda"}
+    # Each computed sample counted where the service computes it: in worker processes, never here; else here.
+    recorded = bool(devices) and ((os.getpid() not in pids) if in_workers else pids == {os.getpid()})
     if failures:
         print("\nRESULT: FAILED: wrong values (above)")
         return 1
-    if not on_cuda:
+    if not recorded:
+        print(f"\nRESULT: FAILED: the samples were not recorded in the {where} that serve the model: {used}")
+        return 1
+    if not (cuda and set(devices) == {"cuda"}):
         if args.allow_cpu:
             print("\nRESULT: DRY RUN on CPU (--allow-cpu): the service works; this is not a GPU result")
             return 0
-        print(f"\nRESULT: FAILED: the model computed on {dict(devices) or 'no torch device'}, not only on CUDA")
+        print(f"\nRESULT: FAILED: the model computed on {devices}, not only on CUDA")
         return 1
-    print(f"\nRESULT: PASSED on {device_name}: every batch computed on CUDA, values right")
+    print(f"\nRESULT: PASSED on {device_name}: every batch computed on CUDA in the {where}, values right")
     return 0
 
 
