@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import PACKAGE
 
-from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
+from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError, triton_models_dir
 
 TOKEN = "s3cret-token_0123456789"
 
@@ -43,10 +45,11 @@ def test_every_variable_is_read() -> None:
             RESTARTS="0",
             WORKERS="{{ "Thread" if pytorch else "Process" }}",
             EXECUTION_TIMEOUT_S="0",
+            THREADS="4",
         )
     )
     expected = Settings(9000, 9001, 9002, "DEBUG", 3, 0, TOKEN, 5, True, "0.0.0.0", 0, "{{ "thread" if pytorch else "process" }}", 0)
-    assert settings == expected
+    assert settings == dataclasses.replace(expected, threads=4)
 
 
 def test_tracing_is_off_by_default_and_on_with_opentelemetrys_variables() -> None:
@@ -94,8 +97,10 @@ def test_empty_values_mean_the_default() -> None:
         ("EXIT_TIMEOUT_S", "soon", "whole number from 0 to 3600"),
         ("RESTARTS", "-1", "whole number from 0 to 100"),
         ("REQUIRE_TOKEN", "maybe", "true or false"),
+        ("TRITON_MODELS_DIR", "/no/such/folder", "no such folder"),
         ("BIND_ADDRESS", "localhost", "must be an IP address, e.g. 127.0.0.1"),
         ("BIND_ADDRESS", "10.0.0.300", "must be an IP address"),
+        ("THREADS", "0", "whole number from 1 to 1024"),
     ],
 )
 def test_a_bad_value_names_the_variable_the_value_and_the_rule(name: str, value: str, rule: str) -> None:
@@ -118,6 +123,18 @@ def test_requiring_the_token_needs_one_set() -> None:
     with pytest.raises(SettingsError, match=f"{PREFIX}REQUIRE_TOKEN=true needs {PREFIX}ACCESS_TOKEN"):
         Settings.from_env(env(REQUIRE_TOKEN="true"))
     assert Settings.from_env(env(REQUIRE_TOKEN="true", ACCESS_TOKEN=TOKEN)).require_token
+
+
+def test_triton_models_come_from_models_of_the_working_directory_or_the_folder_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert triton_models_dir(Settings.from_env(env())) is None  # no models/ here: none served
+    (tmp_path / "models").mkdir()
+    assert triton_models_dir(Settings.from_env(env())) == str(tmp_path / "models")
+    (tmp_path / "elsewhere").mkdir()
+    named = Settings.from_env(env(TRITON_MODELS_DIR="elsewhere"))
+    assert triton_models_dir(named) == str(tmp_path / "elsewhere")
 
 
 def test_ipv6_addresses_are_accepted() -> None:

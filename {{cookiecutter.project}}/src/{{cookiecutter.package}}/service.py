@@ -8,6 +8,8 @@ stops at once: exit status 128 + the signal's number). If tritonserver dies
 (killed, or crashed by a request) it is restarted, and a model whose instance died is reloaded, up to
 ``RESTARTS`` times in 10 minutes each (readiness is false meanwhile); past that, or if Triton fails to
 start, it exits 1, for Docker or Kubernetes to replace the container. Exits 2 if a setting is invalid.
+Triton's own models in ``models/`` (``TRITON_MODELS_DIR``; see models/README.md) load with it, in the same
+server.
 
 Each instance runs in a worker process (``WORKERS=process``{{ ", the default" if pytorch }}) or a thread of
 this process (``WORKERS=thread``{{ ", the default" if not pytorch }}).
@@ -59,7 +61,7 @@ from tritonrt.triton import (
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.model import Model
-from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError
+from {{ cookiecutter.package }}.settings import PREFIX, Settings, SettingsError, triton_models_dir
 
 LOGGER = logging.getLogger(__name__)
 POLL_S = 0.2  # how often the main thread checks for a stop signal or a dead server
@@ -248,6 +250,7 @@ def serve(settings: Settings) -> int:
         security_config=security_config(settings),
         recovery=recovery_policy(settings),
         triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=False),
+        models_dir=triton_models_dir(settings),  # Triton's own models, beside this one (TRITON_MODELS_DIR)
     )
     received: list[int] = []
 

@@ -18,6 +18,10 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
 - ``MAX_QUEUE_DELAY_US`` (100): how long a request may wait for others to form a batch.
 - ``TUNING_FILE`` (``tuning.json`` in the package): the tuned settings (``tuning.py``); its ``instances`` and
   ``max_queue_delay_us`` and ``workers`` replace the defaults above (``make tune APPLY=1`` writes it).
+- ``TRITON_MODELS_DIR`` (``models``): the folder of Triton's own models (ONNX, TensorRT, TorchScript,
+  Python-backend ``model.py``; see models/README.md) served beside this model by the same server. The
+  default, ``models`` in the working directory, is the project's ``models/`` when run from its root
+  (``make serve``) and the image's copy, and is served when it exists; a folder named here must exist.
 - ``ACCESS_TOKEN`` (random): the token that unlocks the restricted endpoints (model control, shared
   memory, statistics, trace, logging), sent as the ``triton-access-token`` header.
 - ``REQUIRE_TOKEN`` (false): true makes every endpoint but health (inference, metadata and model
@@ -85,6 +89,7 @@ class Settings:
     traces_endpoint: str | None = None  # None: tracing off
     trace_service_name: str = "{{ cookiecutter.package }}"
     trace_rate: int = 1
+    triton_models_dir: str = "models"  # relative: to the working directory (see triton_models_dir())
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -114,6 +119,7 @@ class Settings:
             traces_endpoint=_traces_endpoint(environ),
             trace_service_name=environ.get("OTEL_SERVICE_NAME", "").strip() or cls.trace_service_name,
             trace_rate=reader.integer("TRACE_RATE", cls.trace_rate, 1, 1_000_000),
+            triton_models_dir=_triton_models_dir(environ),
         )
         if settings.require_token and settings.access_token is None:
             raise SettingsError(
@@ -129,6 +135,26 @@ class Settings:
             listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
             raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
         return settings
+
+
+def _triton_models_dir(environ: Mapping[str, str]) -> str:
+    """``TRITON_MODELS_DIR`` (default ``models``); SettingsError when the folder it names is not there."""
+    raw = _Reader(environ).text("TRITON_MODELS_DIR")
+    if raw is None:
+        return Settings.triton_models_dir
+    if not os.path.isdir(raw):
+        raise SettingsError(
+            f"{PREFIX}TRITON_MODELS_DIR={raw!r}: no such folder. Name the folder of your Triton models (one "
+            "folder per model, with its config.pbtxt: see models/README.md), or unset it to serve models/ of "
+            "the working directory when there is one."
+        )
+    return raw
+
+
+def triton_models_dir(settings: Settings) -> str | None:
+    """The folder of Triton models to serve beside this model, absolute; None when the default is absent."""
+    path = os.path.abspath(settings.triton_models_dir)
+    return path if os.path.isdir(path) else None
 
 
 def _traces_endpoint(environ: Mapping[str, str]) -> str | None:
@@ -162,6 +188,10 @@ class _Reader:
     def _raw(self, name: str) -> str | None:
         value = self.environ.get(PREFIX + name, "").strip()
         return value or None
+
+    def text(self, name: str) -> str | None:
+        """The variable's value; None when unset or empty."""
+        return self._raw(name)
 
     def integer(self, name: str, default: int, low: int, high: int) -> int:
         raw = self._raw(name)
