@@ -20,9 +20,12 @@ in_chroot = $(if $(filter 3.14,$(1)),$(if $(call find_python,$(1)),,$(CURDIR)/.c
 # The extra Pythons' installs take the backend library .venv's install built (no build in a chroot, whose library
 # would not load on the host); their runs find it up to date, and leave out what does not depend on their Python,
 # which the first run checks: the Rust suite (cargo test, ASan, clippy), the compatibility programs run on
-# PyTriton 0.7 (in its own venv) and the end-to-end trace (Triton's exporter waits seconds per span batch).
+# PyTriton 0.7 (in its own venv), the end-to-end trace (Triton's exporter waits seconds per span batch) and the
+# Triton models served beside the callables (their model.py runs in the Python backend stub's own Python; the
+# folder checks are unit tests, which run on every Python).
 NATIVE_LIBRARY := $(CURDIR)/runtime/native/target/release/libtriton_tritonrt.so
-EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py --ignore=tests/integration/test_tracing.py -k "not pytriton-0.7"
+EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py --ignore=tests/integration/test_tracing.py \
+	--ignore=tests/integration/test_triton_models.py -k "not pytriton-0.7"
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
 CHECKOV_VENV := .venv-checkov
 # PyTriton 0.7 in a venv of its own (its pins differ from ours): the compatibility suite runs its programs on it too,

@@ -183,6 +183,9 @@ class Triton(ModelHost):
         # Models bound before the start load during start-up, so the server is ready only once they are.
         names = [*(model.name for model in served), *self._models]
         self._start_server(server_dir, env, repositories + [f"--load-model={name}" for name in names])
+        if served:
+            listed = ", ".join(f"{model.name} ({model.backend or 'backend from its files'})" for model in served)
+            LOGGER.info("Serving Triton's own models beside the bound ones: %s", listed)
         for model in self._models.values():
             trace.apply_trace_config(self._server_api(), model)
 

@@ -9,6 +9,7 @@ see tritonrt.server.python_env)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pathlib
 import signal
@@ -121,14 +122,23 @@ def test_a_restarted_tritonserver_serves_the_triton_model_again(server_dir, free
             assert_both_serve(running, protocol)
 
 
-def test_the_triton_models_in_pytritons_model_repository_serve_and_stay(server_dir, free_triton_config, tmp_path):
+def test_the_triton_models_in_pytritons_model_repository_serve_and_stay(
+    server_dir, free_triton_config, tmp_path, caplog
+):
     """PyTriton's TritonConfig(model_repository=...) is the server's repository: the Triton models in it load at
-    start beside the bound ones (written into it by tritonrt), and it keeps them; a second start skips the bound
-    model's folder left there."""
+    start beside the bound ones (written into it by tritonrt), and it keeps them; the folder of a model bound by
+    an earlier start, left there, is not loaded (its workers are gone)."""
     repository = write_add_one(tmp_path / "repository")
-    for _ in range(2):
-        with serving(Triton(config=free_triton_config(model_repository=repository))) as running:
-            assert_both_serve(running, "http")
+    (repository / "old" / "1").mkdir(parents=True)
+    (repository / "old" / "config.pbtxt").write_text('name: "old"\nbackend: "tritonrt"\n')
+    (repository / "old" / native_files.CONNECTION_FILE).write_text("")
+    with (
+        caplog.at_level(logging.INFO, logger="tritonrt"),
+        serving(Triton(config=free_triton_config(model_repository=repository))) as running,
+    ):
+        assert "Serving Triton's own models beside the bound ones: add_one (python)" in caplog.text
+        assert_both_serve(running, "http")
+        assert not running.http.is_model_ready("old")
     assert (repository / "add_one" / "1" / "model.py").read_text() == ADD_ONE_MODEL
     assert (repository / "double" / native_files.CONNECTION_FILE).exists()  # the bound model's, as PyTriton's
 
