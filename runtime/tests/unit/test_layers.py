@@ -5,7 +5,7 @@ other in a circle (inside a package too), and public modules declare ``__all__``
 Layers, lowest first; a module may import its own package and the layers below its own:
 
     exceptions, _access, memory, constants, metrics  <  model_config  <  context  <  decorators  <  client  <  server
-    <  proxy  <  models  <  triton, __main__
+    <  proxy  <  bls  <  models  <  triton, __main__
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tritonrt.client",),
     ("tritonrt.server",),
     ("tritonrt.proxy",),
+    ("tritonrt.bls",),
     ("tritonrt.models",),
     ("tritonrt.triton", "tritonrt.__main__"),
 ]

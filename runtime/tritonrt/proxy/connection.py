@@ -8,8 +8,7 @@ callable); the backend instance connects to it.
 
 from __future__ import annotations
 
-import dataclasses
-import os
+import socket
 import threading
 from collections.abc import Mapping
 from functools import partial
@@ -18,21 +17,32 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tritonrt import metrics
-from tritonrt.memory import data_address
 from tritonrt.proxy import wire
+from tritonrt.proxy.calls import (
+    OUTSIDE,
+    Answer,
+    CallAnswer,
+    CallRequest,
+    CallTable,
+    Closed,
+    Files,
+    TritonModelException,
+    callee_responses,
+    encode_call,
+    file_spans,
+)
 from tritonrt.proxy.link import Link, PeerGone
 from tritonrt.proxy.outgoing import (
-    Answer,
     ErrorResponse,
     Outgoing,
-    Record,
-    as_sent,
     encode_records,
     lay_out_inline,
     metrics_messages,
+    sort_outgoing,
 )
-from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, default_region_limit, size_for
-from tritonrt.proxy.tensors import SENT_AS_IS, array_from
+from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, size_for
+from tritonrt.proxy.settings import InstanceIdentity, WorkerSettings
+from tritonrt.proxy.tensors import array_from
 from tritonrt.proxy.types import Request
 from tritonrt.proxy.wire import (
     FLAG_FINAL,
@@ -43,20 +53,25 @@ from tritonrt.proxy.wire import (
     KIND_BATCH,
     KIND_BATCH_ERROR,
     KIND_CANCEL,
+    KIND_CONTROL,
+    KIND_CONTROL_RESULT,
     KIND_HELLO,
+    KIND_INFER,
+    KIND_INFER_CANCEL,
+    KIND_INFER_RESPONSE,
     KIND_METRICS,
     KIND_REFUSE,
     KIND_REPLY,
     KIND_WELCOME,
     LOCATION_INLINE,
-    LOCATION_RECEIVER_REGION,
     LOCATION_SENDER_REGION,
+    ControlResult,
     Header,
     RequestMeta,
     WireError,
     align,
 )
-from tritonrt.proxy.wire_decode import decode_batch, decode_body
+from tritonrt.proxy.wire_decode import decode_batch, decode_body, decode_infer_response
 
 __all__ = [
     "ErrorResponse",
@@ -67,48 +82,12 @@ __all__ = [
     "WorkerSettings",
 ]
 
-_NO_REGION = object()  # never any array's base
-_NEVER_TO_THE_WORKER = frozenset((KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY, KIND_METRICS))  # after HELLO
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSettings:
-    """What the worker tells the backend in its WELCOME, and how it waits itself.
-
-    ``from_env()`` reads ``TRITONRT_SPIN_US`` and ``TRITONRT_WORKER_SPIN_US`` (microseconds, 0: never poll).
-    Polling spares a wake-up per message where a core is free, and costs one where none is. The backend polls
-    for a reply (50 us by default), and only while replies keep coming within that time: for slower models it
-    sleeps at once. The worker waits for the next batch asleep (its wait is the clients' think time).
-    """
-
-    inline_threshold: int = 64 << 10  # tensors of this many bytes or more travel through shared memory
-    spin_us: int = 50  # the backend polls this long for a reply before it sleeps (0: never)
-    region_limit: int = dataclasses.field(default_factory=default_region_limit)
-    worker_spin_us: int = 0  # this side polls this long for the next batch before it sleeps
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
-        """The defaults, with ``TRITONRT_SPIN_US`` and ``TRITONRT_WORKER_SPIN_US`` when set."""
-        environ = os.environ if environ is None else environ
-        values = {}
-        for field, variable in (("spin_us", "TRITONRT_SPIN_US"), ("worker_spin_us", "TRITONRT_WORKER_SPIN_US")):
-            raw = environ.get(variable, "").strip()
-            if raw:
-                if not raw.isdigit():
-                    raise ValueError(f"{variable}={raw!r}: use a whole number of microseconds >= 0 (0: no polling)")
-                values[field] = int(raw)
-        return cls(**values)
-
-
-@dataclasses.dataclass(frozen=True)
-class InstanceIdentity:
-    """What a backend instance must present to be served."""
-
-    model_name: str
-    instance_index: int
-    token: str
-    decoupled: bool = False
-    max_batch_size: int = 0
+# (after HELLO)
+_NEVER_TO_THE_WORKER = frozenset(
+    (KIND_HELLO, KIND_WELCOME, KIND_REFUSE, KIND_REPLY, KIND_METRICS, KIND_INFER, KIND_INFER_CANCEL, KIND_CONTROL)
+)
+_ANSWERED = Closed("the request that made this call was answered before the call ended: its answer is dropped")
+_GONE = Closed("the connection to tritonserver's backend closed before the call ended", wire.ERROR_UNAVAILABLE)
 
 
 class _MetaKey(NamedTuple):
@@ -123,7 +102,6 @@ class _MetaKey(NamedTuple):
 
 # NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
 _meta_key = partial(tuple.__new__, _MetaKey)
-_answer = partial(tuple.__new__, Answer)
 _header = partial(tuple.__new__, Header)
 
 
@@ -145,6 +123,16 @@ class WorkerConnection:
         self.trace_contexts: list[str] = []  # Triton's trace context of each request of the current batch
         self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
         self._last_decoded: list[RequestMeta] = []
+        # Calls (BLS, see tritonrt.proxy.calls): the callable's threads send under _send_lock (after the batch's
+        # state under _poll_lock, never the other way round), and read under _turn (one thread at a time).
+        self.calls = CallTable()  # (guarded by _poll_lock)
+        self._send_lock = threading.Lock()
+        self._turn = threading.Condition(self._poll_lock)
+        self._reading = False  # a thread reads the socket outside the lock (it files what it reads)
+        self._pending: tuple[Header, bytearray, int] | None = None  # a BATCH that a call's reader read
+        self._region_call = False  # a call of the current batch has inputs in this side's region
+        self._batch_size = 0
+        self._cancelled_calls: set[int] = set()  # calls told INFER_CANCEL because every request was cancelled
 
     # -- receiving ---------------------------------------------------------------------------------------------
 
@@ -152,15 +140,21 @@ class WorkerConnection:
         """Wait for the next batch: ``(seq, requests)``. Raises PeerGone when the backend closed, WireError
         (after answering the batch with BATCH_ERROR) when the batch cannot be read."""
         while True:
-            received = self._receive(None)
+            received = self._pending_or_next() if self._reading or self._pending is not None else self._receive(None)
             if received is None:  # cannot happen: without a timeout, the link waits for a message or raises
                 raise PeerGone("the backend's connection returned no message")
             header, buffer, fd = received
             if header.kind == KIND_BATCH:
                 break
-            self._control(header, buffer)
+            with self._poll_lock:
+                self._dispatch(header, buffer, fd)
         self._seq, self._replies, self._region_reply, self._open = header.seq, 0, 0, True
         self.cancelled_requests = set()
+        if self._region_call or self._cancelled_calls:
+            self._region_call = False
+            self._cancelled_calls = set()
+        self._batch_size = header.count
+        self.calls.reopen()
         if self._own is not None:
             self._own.top = 0  # the backend copied every output of earlier batches before it sent this one
         try:
@@ -175,11 +169,41 @@ class WorkerConnection:
             raise WireError(f"unexpected message of kind {received[0].kind}", breaks_stream=True)
         return received
 
-    def _control(self, header: Header, buffer: bytearray) -> None:
-        if header.kind == KIND_CANCEL and header.seq == self._seq:
+    def _pending_or_next(self) -> tuple[Header, bytearray, int] | None:
+        """The next message, where a call's reader may read it (a thread of the last batch's callable still
+        waiting): wait for it to finish, and take the batch it read if it did."""
+        with self._turn:
+            while self._reading and self._pending is None:
+                self._turn.wait()
+            pending, self._pending = self._pending, None
+        return pending if pending is not None else self._receive(None)
+
+    def _dispatch(self, header: Header, buffer: bytearray, fd: int) -> None:
+        """File a message that is not the batch awaited (hold _poll_lock): CANCEL, ACK, the answers of calls, and
+        (read by a call's reader) the next batch."""
+        kind = header.kind
+        if kind == KIND_INFER_RESPONSE:
+            if fd >= 0:
+                self._peer = PeerRegion(header.region_id, fd, header.region_size)
+            answer = decode_infer_response(header, buffer)
+            if answer.call_id in self.calls:
+                peer = self._peer
+                if header.region_id and (peer is None or peer.id != header.region_id):
+                    raise WireError(f"a call's answer refers to region {header.region_id}, which is not mapped")
+                responses, in_region = callee_responses(answer, buffer, header.data_start, peer)
+                self._used_peer_region |= in_region
+                self.calls.deliver(answer.call_id, CallAnswer(responses, bool(header.flags & FLAG_FINAL)))
+        elif kind == KIND_CONTROL_RESULT:
+            result = decode_body(header, buffer)
+            self.calls.deliver(result.call_id, result)
+        elif kind == KIND_BATCH:
+            if self._open:
+                raise WireError("a new batch arrived before the last was answered", breaks_stream=True)
+            self._pending = (header, buffer, fd)
+        elif kind == KIND_CANCEL and header.seq == self._seq:
             self.cancelled_requests.update(decode_body(header, buffer))
-        elif header.kind == KIND_ACK and header.seq == self._seq and header.count >= self._region_reply:
-            if self._own is not None:
+        elif kind == KIND_ACK and header.seq == self._seq and header.count >= self._region_reply:
+            if self._own is not None and not self._region_call:  # (a call's inputs stay until the next batch)
                 self._own.top = 0
 
     def cancelled_in(self, seq: int) -> set[int]:
@@ -192,13 +216,13 @@ class WorkerConnection:
             return self.poll()
 
     def poll(self) -> set[int]:
-        """Read the CANCEL and ACK messages that have arrived, without waiting; the cancelled requests. Where the
-        callable's threads may ask :meth:`cancelled_in` meanwhile, hold ``_poll_lock`` (one reader at a time)."""
-        while (received := self._receive(0)) is not None:
+        """Read the messages that have arrived, without waiting (none while a call's reader reads); the cancelled
+        requests. Hold ``_poll_lock`` (the callable's threads may ask :meth:`cancelled_in` meanwhile)."""
+        while not self._reading and (received := self._receive(0)) is not None:
             header, buffer, fd = received
             if header.kind == KIND_BATCH:
                 raise WireError("a new batch arrived before the last was answered", breaks_stream=True)
-            self._control(header, buffer)
+            self._dispatch(header, buffer, fd)
         return self.cancelled_requests
 
     def _requests(self, header: Header, buffer: bytearray, fd: int) -> list[Request]:
@@ -266,79 +290,36 @@ class WorkerConnection:
         time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: the caller
         holds no reference to the batch's requests and inputs any more, so that this side can tell the backend
         whether the callable kept views of its region."""
-        answer = self._sort(responses)  # (what it held of the callable's arrays is gone with its locals)
+        answer = sort_outgoing(
+            responses, self.settings.inline_threshold, self._peer
+        )  # (what it held of the callable's arrays is gone with its locals)
         parts, inline_end = lay_out_inline(answer.inline)
-        region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
-        meta = encode_records(answer.records)
-        flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
-        if final:
-            with self._poll_lock:
-                self._open = False
-            if self._retained():
-                flags |= FLAG_RETAINED
-        self._replies += 1
-        if region is not None and not final:
-            self._region_reply = self._replies
-        new_region = region if announce else None
-        peer = self._peer
-        header = _header((
-            KIND_REPLY, flags, len(answer.records), seq, new_region.size if new_region is not None else 0,
-            region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
-        ))  # fmt: skip
-        parts[0] = head = wire.encode_message(header, meta, inline_end)
-        total = len(head) + inline_end
-        if metrics.REGISTRY.pending:  # (the metrics' updates go first, in the same send)
-            updates = metrics_messages(seq)
-            parts.insert(0, updates)
-            total += len(updates)
-        self.link.send(parts, new_region.fd if new_region is not None else -1, total)
+        with self._send_lock:  # (the callable's threads may send calls meanwhile, into the same region)
+            region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
+            meta = encode_records(answer.records)
+            flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
+            if final:
+                self._close_batch()
+                if self._retained():
+                    flags |= FLAG_RETAINED
+            self._replies += 1
+            if region is not None and not final:
+                self._region_reply = self._replies
+            new_region = region if announce else None
+            peer = self._peer
+            header = _header((
+                KIND_REPLY, flags, len(answer.records), seq, new_region.size if new_region is not None else 0,
+                region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
+            ))  # fmt: skip
+            parts[0] = head = wire.encode_message(header, meta, inline_end)
+            total = len(head) + inline_end
+            if metrics.REGISTRY.pending:  # (the metrics' updates go first, in the same send)
+                updates = metrics_messages(seq)
+                parts.insert(0, updates)
+                total += len(updates)
+            self.link.send(parts, new_region.fd if new_region is not None else -1, total)
         if new_region is not None:
             new_region.close_fd()
-
-    def _sort(self, responses: list[Any]) -> Answer:
-        """Each response as a record, and the outputs that carry bytes by name and by where they go (consumes
-        ``responses``). Outputs are grouped by name so that each output's tensors lie back to back."""
-        threshold = self.settings.inline_threshold
-        peer = self._peer
-        # (Locals, gone when this returns: the reply asks whether the callable kept views of the region after.)
-        peer_base: object = peer.base if peer is not None else _NO_REGION
-        peer_start = peer.start if peer is not None else 0
-        records: list[Record] = []
-        inline: dict[str, list[Outgoing]] = {}
-        regional: dict[str, list[Outgoing]] = {}
-        for response in responses:
-            if type(response) is not dict:  # (a dict is the common case: skip the checks below)
-                if response is None or isinstance(response, BaseException):
-                    records.append(response)
-                    continue
-                if not isinstance(response, Mapping):
-                    kind = type(response).__name__
-                    records.append(ErrorResponse(f"a response must be a dict of arrays, not {kind}"))
-                    continue
-            outputs = []
-            for name, value in response.items():
-                array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
-                shape, code = array.shape, SENT_AS_IS.get(array.dtype)
-                if code is None:  # (rare: bytes objects, or a big-endian array)
-                    array, code = as_sent(array)
-                size = array.nbytes
-                tensor = Outgoing(name.encode(), code, LOCATION_INLINE, 0, size, shape, array)
-                if size >= threshold:
-                    if array.base is peer_base and array.flags.c_contiguous:  # an input, or part of one
-                        tensor.location, tensor.offset = LOCATION_RECEIVER_REGION, data_address(array) - peer_start
-                        tensor.payload = None
-                    else:
-                        regional.setdefault(name, []).append(tensor)
-                elif size:
-                    if array.base is peer_base or not array.flags.c_contiguous:
-                        tensor.payload = array.tobytes()  # no view of the region outlives the reply; contiguous
-                    inline.setdefault(name, []).append(tensor)
-                else:
-                    tensor.payload = None
-                outputs.append(tensor)
-            records.append(outputs)
-        responses.clear()
-        return _answer((records, inline, regional))
 
     def _retained(self) -> bool:
         """True when arrays still view the backend's region used by this batch (see tritonrt.proxy.views)."""
@@ -374,16 +355,132 @@ class WorkerConnection:
 
     def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
         """Fail every request of batch ``seq`` that has no final response yet."""
-        with self._poll_lock:
-            self._open = False
-        flags = FLAG_RETAINED if self._retained() else 0
         meta = wire.encode_batch_error(code, message)
-        updates = metrics_messages(seq) if metrics.REGISTRY.pending else b""
-        self.link.send([updates, wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
+        with self._send_lock:
+            self._close_batch()
+            flags = FLAG_RETAINED if self._retained() else 0
+            updates = metrics_messages(seq) if metrics.REGISTRY.pending else b""
+            self.link.send([updates, wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), meta)])
+
+    def _close_batch(self, why: Closed = _ANSWERED) -> None:
+        """The batch is answered (or the connection ends): no more calls; those in flight end with ``why``."""
+        with self._turn:
+            self._open = False
+            busy = len(self.calls)
+            self.calls.close(why)
+            if busy:
+                self._turn.notify_all()
 
     def close(self) -> None:
+        self._close_batch(_GONE)
         self.link.close()
         self._peer = self._own = None
+
+    # -- calls (BLS: see tritonrt.proxy.calls) -----------------------------------------------------------------
+
+    def call(self, seq: int, call: CallRequest, inputs: Mapping[str, np.ndarray]) -> int:
+        """Send an INFER of batch ``seq`` (its inputs inline, in this side's region, or by reference to the
+        backend's); the call's id. TritonModelException when batch ``seq`` is not executing any more."""
+        record = sort_outgoing([inputs], self.settings.inline_threshold, self._peer)
+        tensors = record.records[0]
+        if not isinstance(tensors, list):
+            raise TritonModelException(f"the inputs of a call of {call.model_name!r}: {tensors}")
+        with self._send_lock:
+            with self._poll_lock:
+                if not self._open or seq != self._seq:
+                    raise TritonModelException(OUTSIDE)
+                self._region_call |= bool(record.regional)
+            parts, inline_end = lay_out_inline(record.inline)
+            try:
+                region, announce = self._lay_out(record.regional) if record.regional else (None, False)
+            except RegionError as error:
+                raise TritonModelException(f"the inputs of a call of {call.model_name!r}: {error}") from None
+            with self._poll_lock:
+                call_id = self.calls.open()
+            meta = encode_call(call_id, call, tensors)
+            new_region = region if announce else None
+            peer = self._peer
+            header = _header((
+                KIND_INFER, FLAG_NEW_REGION if announce else 0, 1, seq, new_region.size if new_region else 0,
+                region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
+            ))  # fmt: skip
+            parts[0] = wire.encode_message(header, meta, inline_end)
+            self.link.send(parts, new_region.fd if new_region is not None else -1)
+        if new_region is not None:
+            new_region.close_fd()
+        return call_id
+
+    def next_answer(self, seq: int, call_id: int) -> CallAnswer | ControlResult | Closed:
+        """Wait for the next answer of call ``call_id``, reading the connection unless another thread does. Once
+        every request of the batch was cancelled, the call is cancelled (INFER_CANCEL)."""
+        with self._turn:
+            while (answer := self.calls.take(call_id)) is None:
+                if self._batch_size and len(self.cancelled_requests) >= self._batch_size:
+                    if call_id not in self._cancelled_calls:
+                        self._cancelled_calls.add(call_id)
+                        self._turn.release()
+                        try:
+                            self.cancel_call(seq, call_id)
+                        finally:
+                            self._turn.acquire()
+                        continue
+                if self._reading:
+                    self._turn.wait()
+                    continue
+                self._read_for_calls()
+        return answer
+
+    def _read_for_calls(self) -> None:
+        """Read one message outside the lock (held on entry and exit) and file it; a broken connection ends
+        every call."""
+        self._reading = True
+        self._turn.release()
+        try:
+            received = self._receive(None)
+        except (PeerGone, WireError, OSError) as error:
+            received, gone = None, error
+        finally:
+            self._turn.acquire()
+            self._reading = False
+            self._turn.notify_all()
+        try:
+            if received is not None:
+                self._dispatch(*received)
+                return
+        except WireError as error:
+            gone = error
+        self._break(f"the connection to tritonserver's backend broke: {gone}")
+
+    def _break(self, message: str) -> None:
+        """End every call and the connection (hold the lock): the worker sees it closed and waits for another."""
+        self.calls.close(Closed(message, wire.ERROR_UNAVAILABLE))
+        self._open = False
+        try:
+            self.link.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def cancel_call(self, seq: int, call_id: int) -> None:
+        """Ask the backend to cancel a call in flight (INFER_CANCEL); nothing once it ended."""
+        with self._send_lock:
+            with self._poll_lock:
+                if not self._open or seq != self._seq or call_id not in self.calls:
+                    return
+            header = _header((KIND_INFER_CANCEL, 0, 0, seq, 0, 0, 0, 0, 0))
+            self.link.send([wire.encode_message(header, wire.encode_infer_cancel(call_id))])
+
+    def control(self, seq: int, op: int, model_name: str, version: int, config: str, files: Files) -> Answer:
+        """Send a CONTROL of batch ``seq`` (the files' bytes in its data section) and wait for its result."""
+        spans, end = file_spans(model_name, files)
+        with self._send_lock:
+            with self._poll_lock:
+                if not self._open or seq != self._seq:
+                    raise TritonModelException(OUTSIDE)
+                call_id = self.calls.open()
+            meta = wire.encode_control(wire.Control(call_id, op, version, model_name, config, tuple(spans)))
+            head = wire.encode_message(_header((KIND_CONTROL, 0, 0, seq, 0, 0, 0, 0, 0)), meta, end)
+            self.link.send([head, *(content for _, content in files)])
+        return self.next_answer(seq, call_id)
 
 
 class _BatchCancellation:

@@ -5,18 +5,24 @@ See :mod:`tritonrt.proxy.connection`."""
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, TypeAlias
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
 from tritonrt import metrics
+from tritonrt.memory import data_address
 from tritonrt.proxy import wire
 from tritonrt.proxy.error_log import describe
-from tritonrt.proxy.tensors import encode_bytes, wire_dtype
+from tritonrt.proxy.regions import PeerRegion
+from tritonrt.proxy.tensors import SENT_AS_IS, encode_bytes, wire_dtype
 from tritonrt.proxy.wire import (
     DATA_ALIGN,
     DTYPE_BYTES,
     KIND_METRICS,
+    LOCATION_INLINE,
+    LOCATION_RECEIVER_REGION,
     MAX_COUNT,
     RESPONSE_LAYOUT,
     STATUS_ERROR,
@@ -35,10 +41,12 @@ __all__ = [
     "encode_records",
     "lay_out_inline",
     "metrics_messages",
+    "sort_outgoing",
 ]
 
 _PADDING = bytes(DATA_ALIGN)
 _NO_OUTPUTS = RESPONSE_LAYOUT.pack(STATUS_NONE, 0, 0, 0)
+_NO_REGION = object()  # never any array's base
 
 
 class ErrorResponse(Exception):
@@ -75,6 +83,56 @@ class Answer(NamedTuple):
     records: list[Record]
     inline: dict[str, list[Outgoing]]
     regional: dict[str, list[Outgoing]]
+
+
+# NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
+_answer = partial(tuple.__new__, Answer)
+
+
+def sort_outgoing(responses: list[Any], threshold: int, peer: PeerRegion | None) -> Answer:
+    """Each response (a reply's, or a call's inputs) as a record, and the tensors that carry bytes by name and by
+    where they go (consumes ``responses``): tensors of ``threshold`` bytes or more to this side's region, or by
+    reference when they view the ``peer``'s region (the backend's); smaller ones inline. Tensors are grouped by
+    name so that each name's tensors lie back to back."""
+    # (Locals, gone when this returns: the reply asks whether the callable kept views of the region after.)
+    peer_base: object = peer.base if peer is not None else _NO_REGION
+    peer_start = peer.start if peer is not None else 0
+    records: list[Record] = []
+    inline: dict[str, list[Outgoing]] = {}
+    regional: dict[str, list[Outgoing]] = {}
+    for response in responses:
+        if type(response) is not dict:  # (a dict is the common case: skip the checks below)
+            if response is None or isinstance(response, BaseException):
+                records.append(response)
+                continue
+            if not isinstance(response, Mapping):
+                kind = type(response).__name__
+                records.append(ErrorResponse(f"a response must be a dict of arrays, not {kind}"))
+                continue
+        outputs = []
+        for name, value in response.items():
+            array: np.ndarray = value if type(value) is np.ndarray else np.asarray(value)
+            shape, code = array.shape, SENT_AS_IS.get(array.dtype)
+            if code is None:  # (rare: bytes objects, or a big-endian array)
+                array, code = as_sent(array)
+            size = array.nbytes
+            tensor = Outgoing(name.encode(), code, LOCATION_INLINE, 0, size, shape, array)
+            if size >= threshold:
+                if array.base is peer_base and array.flags.c_contiguous:  # an input, or part of one
+                    tensor.location, tensor.offset = LOCATION_RECEIVER_REGION, data_address(array) - peer_start
+                    tensor.payload = None
+                else:
+                    regional.setdefault(name, []).append(tensor)
+            elif size:
+                if array.base is peer_base or not array.flags.c_contiguous:
+                    tensor.payload = array.tobytes()  # no view of the region outlives the reply; contiguous
+                inline.setdefault(name, []).append(tensor)
+            else:
+                tensor.payload = None
+            outputs.append(tensor)
+        records.append(outputs)
+    responses.clear()
+    return _answer((records, inline, regional))
 
 
 def as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:

@@ -1,0 +1,259 @@
+"""Calls of other models of the server from an inference callable (Business Logic Scripting, BLS), on the worker's
+side: the scope in which a callable may call, the answers of the calls in flight on one connection, and the
+arrays of a call's responses.
+
+The worker runs the callable inside a *scope* (a context variable set around the call, see :func:`enter`): the
+connection of the model instance and the batch being executed. A call made in that scope goes over the same
+connection as the batch (an ``INFER`` of the batch's ``seq``, see ``runtime/docs/wire-protocol.md``); the backend
+runs it on the server and answers with ``INFER_RESPONSE`` messages. Whichever thread waits for an answer reads
+the connection (one at a time, the others wait for it) and files what it reads by call id in the connection's
+:class:`CallTable`. asyncio tasks inherit the scope; threads that the callable starts do not: run their function
+in the request's context (``executor.submit(contextvars.copy_context().run, function)``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import NamedTuple, Protocol, TypeAlias
+
+import numpy as np
+
+from tritonrt.proxy import wire
+from tritonrt.proxy.outgoing import Outgoing
+from tritonrt.proxy.regions import PeerRegion
+from tritonrt.proxy.tensors import array_from
+from tritonrt.proxy.wire import (
+    CALL_DECOUPLED,
+    ERROR_CANCELLED,
+    LOCATION_INLINE,
+    LOCATION_SENDER_REGION,
+    MAX_DATA_BYTES,
+    STATUS_ERROR,
+    STATUS_OUTPUTS,
+    CallResponses,
+    ControlResult,
+    RequestMeta,
+    TensorMeta,
+    WireError,
+)
+
+__all__ = [
+    "OUTSIDE",
+    "Answer",
+    "CallAnswer",
+    "CallRequest",
+    "CallSite",
+    "CallTable",
+    "CalleeResponse",
+    "Closed",
+    "Files",
+    "Scope",
+    "TritonModelException",
+    "callee_responses",
+    "current",
+    "encode_call",
+    "enter",
+    "file_spans",
+    "leave",
+]
+
+OUTSIDE = (
+    "BLS works only while a request is being executed: call other models from inside the inference callable "
+    "(not at import, in setup code or after the callable answered). From a thread that the callable starts, run "
+    "the thread's function in the callable's context: executor.submit(contextvars.copy_context().run, function)"
+)
+
+
+class TritonModelException(Exception):
+    """A call of another model failed where the Python backend raises (``pb_utils.TritonModelException``)."""
+
+
+class CalleeResponse(NamedTuple):
+    """One response of a callee: its outputs, or its error (``message`` is not None)."""
+
+    outputs: dict[str, np.ndarray]
+    code: int = 0
+    message: str | None = None
+
+
+class CallAnswer(NamedTuple):
+    """An INFER_RESPONSE as the caller sees it: the responses it carried (0 or 1), and whether it was the last."""
+
+    responses: list[CalleeResponse]
+    final: bool
+
+
+class Closed(NamedTuple):
+    """What a call still waiting gets when it cannot be answered any more (the batch was answered, the connection
+    ended): why, and Triton's error code."""
+
+    message: str
+    code: int = ERROR_CANCELLED
+
+
+Answer: TypeAlias = "CallAnswer | ControlResult | Closed"
+_OUTSIDE = Closed(OUTSIDE)
+
+
+class CallSite(Protocol):
+    """Where a scope's calls go: the instance's connection (:class:`tritonrt.proxy.connection.WorkerConnection`)."""
+
+    def call(self, seq: int, call: CallRequest, inputs: Mapping[str, np.ndarray]) -> int: ...
+
+    def next_answer(self, seq: int, call_id: int) -> Answer: ...
+
+    def cancel_call(self, seq: int, call_id: int) -> None: ...
+
+    def control(self, seq: int, op: int, model_name: str, version: int, config: str, files: Files) -> Answer: ...
+
+
+Files: TypeAlias = "Sequence[tuple[str, bytes]]"
+
+
+class CallRequest(NamedTuple):
+    """What an INFER asks, besides its inputs (see the wire's Call and Request records)."""
+
+    model_name: str
+    requested_outputs: list[str] | None  # None: every output
+    request_id: str = ""
+    correlation_id: int | str | None = None
+    model_version: int = -1
+    flags: int = 0
+    timeout_us: int = 0
+    parameters: Mapping[str, str | int | bool | float] = {}  # (shared, never mutated)
+    decoupled: bool = False
+    trace_context: str = ""
+
+
+class Scope(NamedTuple):
+    """The batch that the current callable executes: its connection, its seq, and the model's name."""
+
+    site: CallSite
+    seq: int
+    model_name: str
+
+
+_scope = partial(tuple.__new__, Scope)  # (the C constructor: one per batch)
+_CURRENT: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("tritonrt_call_scope", default=None)
+
+
+def enter(site: CallSite, seq: int, model_name: str) -> contextvars.Token[Scope | None]:
+    """Open the scope of batch ``seq`` for the code that runs the callable (undo with :func:`leave`)."""
+    return _CURRENT.set(_scope((site, seq, model_name)))
+
+
+def leave(token: contextvars.Token[Scope | None]) -> None:
+    _CURRENT.reset(token)
+
+
+def current() -> Scope:
+    """The scope of the running callable; TritonModelException (saying where calls work) outside one."""
+    scope = _CURRENT.get()
+    if scope is None:
+        raise TritonModelException(OUTSIDE)
+    return scope
+
+
+class CallTable:
+    """The calls in flight on one connection and their answers not yet taken, by call id. Not locked itself: the
+    connection guards it with its lock."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._answers: dict[int, collections.deque[Answer]] = {}
+        self._closed = _OUTSIDE
+
+    def open(self) -> int:
+        """A new call's id (unique on the connection, never 0)."""
+        self._last += 1
+        self._answers[self._last] = collections.deque()
+        return self._last
+
+    def __contains__(self, call_id: int) -> bool:
+        return call_id in self._answers
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def deliver(self, call_id: int, answer: Answer) -> None:
+        """File ``answer`` for its call (dropped when the call has ended: the backend may still be answering)."""
+        waiting = self._answers.get(call_id)
+        if waiting is not None:
+            waiting.append(answer)
+
+    def take(self, call_id: int) -> Answer | None:
+        """The call's next answer (the call ends with its last), None while there is none; a call that ended
+        without one gets the reason (:class:`Closed`)."""
+        waiting = self._answers.get(call_id)
+        if waiting is None:
+            return self._closed
+        if not waiting:
+            return None
+        answer = waiting.popleft()
+        if type(answer) is not CallAnswer or answer.final:
+            del self._answers[call_id]
+        return answer
+
+    def close(self, why: Closed) -> None:
+        """End every call: their waiters get ``why``; later answers are dropped."""
+        self._answers.clear()
+        self._closed = why
+
+    def reopen(self) -> None:
+        """A new batch: calls outside it get the message of a call made outside a request."""
+        self._closed = _OUTSIDE
+
+
+def callee_responses(
+    answer: CallResponses, buffer: bytearray, data_start: int, peer: PeerRegion | None
+) -> tuple[list[CalleeResponse], bool]:
+    """The responses of an INFER_RESPONSE with their outputs as arrays: views of the message's bytes (inline; the
+    link keeps a buffer that arrays view) or of the backend's region; and whether any lies in that region."""
+    responses: list[CalleeResponse] = []
+    in_region = False
+    for response in answer.responses:
+        if response.status == STATUS_ERROR:
+            responses.append(CalleeResponse({}, response.error_code, response.message))
+            continue
+        if response.status != STATUS_OUTPUTS:
+            continue  # a stream's step without a response
+        outputs: dict[str, np.ndarray] = {}
+        for name, dtype, location, offset, byte_length, shape in response.outputs:
+            source: bytearray | np.ndarray
+            if location == LOCATION_INLINE:
+                source, offset = buffer, data_start + offset
+            elif location == LOCATION_SENDER_REGION:
+                if peer is None or offset + byte_length > peer.size:
+                    raise WireError(f"output {name!r} of a call lies outside the backend's region", breaks_stream=True)
+                source, in_region = peer.base, True
+            else:
+                raise WireError(f"output {name!r} of a call lies in the worker's own region", breaks_stream=True)
+            outputs[name] = array_from(source, offset, dtype, shape, byte_length)
+        responses.append(CalleeResponse(outputs))
+    return responses, in_region
+
+
+def encode_call(call_id: int, call: CallRequest, inputs: list[Outgoing]) -> bytearray:
+    """The metadata of an INFER: the call, and its request with ``inputs`` (placed already)."""
+    tensors = [TensorMeta(t.name.decode(), t.dtype, t.location, t.offset, t.byte_length, t.shape) for t in inputs]
+    request = RequestMeta(call.request_id, call.flags, call.correlation_id, dict(call.parameters),
+                          call.requested_outputs, tensors, call.trace_context)  # fmt: skip
+    flags = CALL_DECOUPLED if call.decoupled else 0
+    return wire.encode_infer(wire.Call(call_id, flags, call.model_version, call.timeout_us, call.model_name, request))
+
+
+def file_spans(model_name: str, files: Files) -> tuple[list[tuple[str, int, int]], int]:
+    """Where a CONTROL's files lie in its data section, back to back: (path, offset, length) each, and the end."""
+    spans, end = [], 0
+    for path, content in files:
+        spans.append((path, end, len(content)))
+        end += len(content)
+    if end > MAX_DATA_BYTES:
+        raise TritonModelException(
+            f"the files to load model {model_name!r} hold {end} bytes, more than the {MAX_DATA_BYTES} bytes one "
+            "message carries: put the model in the server's model repository and load it by name"
+        )
+    return spans, end
