@@ -32,7 +32,19 @@ CONNECTION = ([pathlib.Path("/tmp/s/m.0.sock"), pathlib.Path("/tmp/s/m.1.sock")]
 def test_the_folder_and_the_upload_carry_the_same_files(tmp_path):
     model_dir = repository.write_model(tmp_path, CONFIG, *CONNECTION)
     written = {str(path.relative_to(model_dir)): path.read_bytes() for path in model_dir.rglob("*") if path.is_file()}
-    assert set(written) == {"config.pbtxt", "3/libtriton_tritonrt.so", "tritonrt-connection"}
+    assert set(written) == {
+        "config.pbtxt", "3/libtriton_tritonrt.so", "3/libtriton_python.so", "3/model.py", "tritonrt-connection",
+        "tritonrt-served.json",
+    }  # fmt: skip
+    # An override without a backend makes Triton name it "python" from 3/model.py and load 3/libtriton_python.so.
+    assert written["3/libtriton_python.so"] == written["3/libtriton_tritonrt.so"]
+    assert b"raise ImportError" in written["3/model.py"]
+    assert json.loads(written["tritonrt-served.json"]) == {
+        "version": 1, "max_instances": 2, "batching": True, "decoupled": False, "sequence": False,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1]},
+                  {"name": "s", "data_type": "TYPE_STRING", "dims": [1], "optional": True}],
+        "output": [{"name": "y", "data_type": "TYPE_INT64", "dims": [2, 2]}],
+    }  # fmt: skip
     assert (model_dir / "tritonrt-connection").stat().st_mode & 0o777 == 0o600
     assert written["tritonrt-connection"].decode().splitlines() == [
         "tritonrt-connection 1", f"token {'ab' * 32}", "instances 2", "socket 0 /tmp/s/m.0.sock",

@@ -209,9 +209,11 @@ class BoundModel:
             worker.join(timeout=5)
         self._workers = []
 
-    def connected(self) -> bool:
-        """True while every instance of the model is connected to its worker."""
-        return bool(self._workers) and all(worker.connected for worker in self._workers)
+    def connected(self, instances: int | None = None) -> bool:
+        """True while every instance of the model (the first ``instances`` of them: a config changed by a load
+        with an override may ask for fewer) is connected to its worker."""
+        workers = self._workers[:instances] if instances else self._workers
+        return bool(workers) and all(worker.connected for worker in workers)
 
     def is_alive(self) -> bool:
         """True while every worker runs (or a worker process that died is being started again)."""

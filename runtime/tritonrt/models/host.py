@@ -255,6 +255,14 @@ class ModelHost(abc.ABC):
         api.load_model(name)
         self._models[name].move_to_new_instances()  # an old instance may linger while Triton unloads it
 
+    def _model_connected(self, name: str) -> bool:
+        """True while each instance that the model's config asks for is connected (a load with a config
+        override may serve fewer instances than there are workers)."""
+        model = self._models.get(name)
+        if model is None:
+            return False
+        return model.connected(self._api.instance_count(name) if self._api is not None else None)
+
     def _server_live(self) -> bool:
         return self._api is not None and self._api.is_live()
 
@@ -265,7 +273,7 @@ class ModelHost(abc.ABC):
             reload_model=self._reload_model,
             server_live=self._server_live,
             model_ready=lambda name: self._api is not None and self._api.is_model_ready(name),
-            model_connected=lambda name: name in self._models and self._models[name].connected(),
+            model_connected=self._model_connected,
             give_up=self._on_unrecoverable,
             restart_worker=self._restart_worker,
         )

@@ -136,9 +136,9 @@ class TrackedConnection(WorkerConnection):
 class TrackedListener(WorkerListener):
     """A :class:`WorkerListener` whose connections are :class:`TrackedConnection` s (with ``track`` False, plain
     ones: worker threads without an execution timeout pay nothing per batch). ``on_accept(connection)`` is
-    called for each; ``current`` is the latest. While ``keep_open`` is True, :meth:`close` only closes this
-    process's descriptor: the socket stays bound and listening for the owner (a worker process that ends must not
-    close it for the next)."""
+    called when the worker starts serving one; ``current`` is that one (during a reload the worker may already
+    hold the next). While ``keep_open`` is True, :meth:`close` only closes this process's descriptor: the socket
+    stays bound and listening for the owner (a worker process that ends must not close it for the next)."""
 
     def __init__(
         self,
@@ -158,13 +158,13 @@ class TrackedListener(WorkerListener):
 
     def accept(self) -> WorkerConnection:
         connection = super().accept()
-        if self.track:
-            connection = TrackedConnection(connection, self.slot)
+        return TrackedConnection(connection, self.slot) if self.track else connection
+
+    def serving(self, connection: WorkerConnection) -> None:
         self.slot.reset()
         self.current = connection
         if self.on_accept is not None:
             self.on_accept(connection)
-        return connection
 
     def close(self) -> None:
         if self.keep_open:

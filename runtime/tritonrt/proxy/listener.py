@@ -72,7 +72,7 @@ class WorkerListener:
             problems.append(f"it is instance {hello.instance_index}, this socket serves instance {me.instance_index}")
         if bool(header.flags & FLAG_DECOUPLED) != me.decoupled:
             problems.append(f"decoupled is {bool(header.flags & FLAG_DECOUPLED)} in its config, {me.decoupled} here")
-        if hello.max_batch_size != me.max_batch_size:
+        if (hello.max_batch_size > 0) != (me.max_batch_size > 0):  # another size above 0: a reload's new config
             problems.append(f"max_batch_size is {hello.max_batch_size} in its config, {me.max_batch_size} here")
         if problems:
             return self._refuse(link, "; ".join(problems))
@@ -80,6 +80,10 @@ class WorkerListener:
         welcome = wire.Welcome(os.getpid(), s.inline_threshold, s.spin_us, s.region_limit, VERSION_TEXT)
         link.send([wire.encode_message(Header(KIND_WELCOME), wire.encode_welcome(welcome))])
         return None
+
+    def serving(self, connection: WorkerConnection) -> None:
+        """The worker starts serving ``connection`` (accepted meanwhile, perhaps while it served another one: a
+        model reloaded by Triton connects its new instance before the old one goes)."""
 
     @staticmethod
     def _refuse(link: Link, reason: str) -> str:

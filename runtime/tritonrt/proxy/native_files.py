@@ -6,6 +6,13 @@
 - ``tritonrt-connection``: where each instance's worker listens and the token it must present, mode 0600, read
   by the backend through TRITONBACKEND_ModelRepository. The model's configuration (readable by any client at
   /v2/models/<name>/config) carries nothing of this.
+- ``tritonrt-served.json``: what the workers can serve (inputs, outputs, batching, at most how many instances),
+  against which the backend checks a configuration changed by a load with an override, and from which it
+  completes one that gives no inputs and outputs.
+- ``<version>/model.py`` and ``<version>/libtriton_python.so``: a load with a config override that names no
+  backend makes Triton infer one from the version folder's files (for a custom backend it only looks at the
+  model's name); ``model.py`` makes it name the backend ``"python"``, and Triton then loads
+  ``libtriton_python.so`` from the version folder before its own Python backend: a copy of tritonrt's library.
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ import shutil
 from collections.abc import Sequence
 
 __all__ = [
+    "ALIAS_LIBRARY_NAME",
     "BACKEND_NAME",
     "CONNECTION_FILE",
+    "INFERRED_BACKEND_FILE",
     "LIBRARY_NAME",
+    "SERVED_FILE",
     "connection_text",
     "install_library",
     "library_path",
@@ -30,6 +40,9 @@ __all__ = [
 BACKEND_NAME = "tritonrt"  # config.pbtxt's ``backend``
 LIBRARY_NAME = "libtriton_tritonrt.so"
 CONNECTION_FILE = "tritonrt-connection"
+SERVED_FILE = "tritonrt-served.json"
+INFERRED_BACKEND_FILE = "model.py"  # Triton infers backend "python" from it (config override without a backend)
+ALIAS_LIBRARY_NAME = "libtriton_python.so"  # where Triton looks first for backend "python": tritonrt's library
 _PACKAGE_LIBRARY = pathlib.Path(__file__).resolve().parent.parent / "_native" / LIBRARY_NAME
 _SOURCE_TREE_LIBRARY = pathlib.Path(__file__).resolve().parents[2] / "native" / "target" / "release" / LIBRARY_NAME
 _MAX_SOCKET_PATH = 107
@@ -50,13 +63,14 @@ def library_path() -> pathlib.Path:
     )
 
 
-def install_library(model_dir: pathlib.Path) -> pathlib.Path:
-    """Copy the backend library into ``model_dir`` (a copy, not a link: each model's copy is its own file).
+def install_library(model_dir: pathlib.Path, name: str = LIBRARY_NAME) -> pathlib.Path:
+    """Copy the backend library into ``model_dir`` as ``name`` (a copy, not a link: each model's copy is its own
+    file, and so its own library in tritonserver).
 
     The copy replaces an existing library by renaming a new file over it, never by writing into it: a running
     tritonserver maps the file it loaded, and rewriting those pages in place crashes it (SIGSEGV)."""
-    target = model_dir / LIBRARY_NAME
-    temporary = model_dir / f".{LIBRARY_NAME}.{os.getpid()}"
+    target = model_dir / name
+    temporary = model_dir / f".{name}.{os.getpid()}"
     shutil.copyfile(library_path(), temporary)
     temporary.chmod(0o755)
     os.replace(temporary, target)

@@ -4,11 +4,17 @@ Each worker listens on a Unix socket (:class:`~tritonrt.proxy.listener.WorkerLis
 instance inside tritonserver (tritonrt's native backend) connects to it. The worker receives a batch of
 requests, calls the callable in its own thread (no hop to another thread) and replies: one message with a
 status per request, or a stream of them for decoupled models.
+
+An acceptor thread takes the connections and queues them: when Triton reloads the model (a load with a config
+override), the new instance connects and completes its handshake while the old one is still served, and the
+worker serves the new one once the old one has gone (one connection at a time: the callable is never called
+from two threads).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
 import socket
@@ -20,7 +26,6 @@ from tritonrt.decorators.retry import retries_allowed
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.model_config.checks import validate_outputs
 from tritonrt.model_config.triton_model_config import TritonModelConfig
-from tritonrt.proxy import calls
 from tritonrt.proxy.connection import (
     PeerGone,
     RegionError,
@@ -75,6 +80,9 @@ class CallableWorker(threading.Thread):
         self._retry = retries_allowed(infer_callable)
         self._listener = listener
         self._connection: WorkerConnection | None = None
+        self._queued: collections.deque[WorkerConnection] = collections.deque()  # accepted, not yet served
+        self._arrived = threading.Condition()  # a connection was queued, or the acceptor ended
+        self._accepting = False
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.failed: str | None = None
@@ -87,6 +95,8 @@ class CallableWorker(threading.Thread):
     def stop(self) -> None:
         """Ask the worker to finish: wakes it from accept/receive; a running call completes first."""
         self._stopping.set()
+        with self._arrived:
+            self._arrived.notify_all()
         self._listener.close()
         connection = self._connection
         if connection is not None:
@@ -98,31 +108,57 @@ class CallableWorker(threading.Thread):
     def move_to_new_instance(self) -> None:
         """After the owner reloaded the model: leave the old instance for a new one waiting (see proxy/peer.py)."""
         connection = self._connection
-        move_to_waiting(self._listener.socket, connection.link.sock if connection is not None else None)
+        current = connection.link.sock if connection is not None else None
+        move_to_waiting(self._listener.socket, current, queued=bool(self._queued))
 
-    def run(self) -> None:
+    def _accept(self) -> None:
+        """The acceptor thread: accept and queue connections until the listener closes."""
         try:
             while not self._stopping.is_set():
-                try:
-                    connection = self._listener.accept()
-                except OSError:
-                    break
+                connection = self._listener.accept()
+                with self._arrived:
+                    self._queued.append(connection)
+                    self._arrived.notify()
+        except OSError:
+            pass  # closed: the worker stops
+        finally:
+            with self._arrived:
+                self._accepting = False
+                self._arrived.notify()
+
+    def _next_connection(self) -> WorkerConnection | None:
+        """The next connection to serve; None once the worker stops or nothing more can come."""
+        with self._arrived:
+            while not self._queued and self._accepting and not self._stopping.is_set():
+                self._arrived.wait()
+            return self._queued.popleft() if self._queued and not self._stopping.is_set() else None
+
+    def run(self) -> None:
+        self._accepting = True
+        name = f"{self.name}-accept"
+        threading.Thread(target=self._accept, name=name, daemon=True).start()
+        try:
+            while (connection := self._next_connection()) is not None:
+                self._listener.serving(connection)
                 self._connection = connection
                 zero_own_metrics(self._config.model_name)
                 try:
                     while not self._stopping.is_set():
                         self._serve_next(connection)
                 except (PeerGone, WireError, OSError):
-                    pass  # the instance went away (unload, restart or shutdown), or broke the stream: wait for the next
+                    pass  # the instance went away (unload, reload, restart or shutdown), or broke the stream
                 finally:
                     self._connection = None
                     connection.close()
-                peer_closed(self._listener.socket, self._stopping, self._on_peer_lost)
+                peer_closed(self._listener.socket, self._stopping, self._on_peer_lost, queued=bool(self._queued))
         except Exception as error:  # a bug in tritonrt: make the model not alive rather than hang
             LOGGER.exception("tritonrt worker for %s failed", self._config.model_name)
             self.failed = str(error)
         finally:
             self._listener.close()
+            with self._arrived:
+                while self._queued:
+                    self._queued.popleft().close()
             if self._loop is not None:
                 self._loop.close()
             flush_spans()
@@ -156,7 +192,6 @@ class CallableWorker(threading.Thread):
         of the whole batch. Traced requests run in their spans (see tritonrt.proxy.telemetry)."""
         name = self._config.model_name
         with request_spans(requests, connection.trace_contexts, name) as spans:
-            scope = calls.enter(connection, seq, name)  # (the callable may call other models: tritonrt.bls)
             try:
                 return seq, answer_each(self._run, requests, retry=self._retry, model=name)
             except (PeerGone, WireError, OSError):
@@ -165,19 +200,13 @@ class CallableWorker(threading.Thread):
                 failure = self._failure(error)
                 spans.fail(failure.message)
                 return seq, failure
-            finally:
-                calls.leave(scope)
 
     def _stream(self, connection: WorkerConnection, seq: int, requests: list[Request]) -> tuple[int, _Failure | None]:
         """The stream path: one reply per step of the (async) generator, the requests cancelled by their clients
         answered with nothing; once every request of the batch was cancelled, the generator is closed (its
         finally blocks run). The failure of the stream, if it failed."""
         with request_spans(requests, connection.trace_contexts, self._config.model_name) as spans:
-            scope = calls.enter(connection, seq, self._config.model_name)
-            try:
-                seq, failure = self._stream_steps(connection, seq, requests)
-            finally:
-                calls.leave(scope)
+            seq, failure = self._stream_steps(connection, seq, requests)
             if failure is not None:
                 spans.fail(failure.message)
         return seq, failure

@@ -91,6 +91,29 @@ class ServerApi:
         except Exception:
             return False
 
+    def instance_count(self, name: str) -> int | None:
+        """How many instances the model's configuration, as the server serves it now, asks for (a load with a
+        config override may have changed it); None when the server cannot say."""
+        try:
+            if self.http_port is not None:
+                status, text = self._http("GET", f"/v2/models/{urllib.parse.quote(name, safe='')}/config", timeout=5)
+                config = json.loads(text) if status == 200 else None
+            else:
+                import tritonclient.grpc as grpcclient
+
+                with grpcclient.InferenceServerClient(self.grpc_url) as client:
+                    answer = client.get_model_config(name, headers=self._grpc_headers(), as_json=True, client_timeout=5)
+                    config = answer.get("config")
+        except Exception:
+            return None
+        if not isinstance(config, dict):
+            return None
+        total = 0
+        for group in config.get("instance_group") or [{}]:
+            count, gpus = int(group.get("count", 1)), len(group.get("gpus") or [])
+            total += count * gpus if group.get("kind") == "KIND_GPU" and gpus else count
+        return total
+
     def load_model(self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None) -> None:
         """Load (or reload) a model, from the server's repository or from ``config`` (JSON) and ``files``
         (``{"file:<path>": content}``); raise with the server's reason when it fails."""

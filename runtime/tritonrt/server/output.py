@@ -104,9 +104,10 @@ class ServerOutput:
 
 def _explain_override(model: str) -> None:
     LOGGER.error(
-        "Model %r was loaded with a config override that names no backend: Triton replaces the whole configuration "
-        'with the override, so an override must hold the complete config, "backend": "tritonrt" included. The '
-        "model keeps serving as it was bound. A tritonrt model's config does not change by an override: bind it "
-        "with another ModelConfig and restart (runtime README, Model control).",
+        "Model %r was loaded with a config override that names no backend, and Triton could not infer one from "
+        'the model\'s files: give the backend in the override ("backend": "tritonrt" for a bound model). '
+        "tritonrt writes a model.py into a bound model's version folder from which Triton infers it; a folder "
+        "written by an older tritonrt has none (restart to rewrite it). The model keeps serving as it was "
+        "(runtime README, Model control).",
         model,
     )
