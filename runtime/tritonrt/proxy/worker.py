@@ -26,6 +26,7 @@ from tritonrt.decorators.retry import retries_allowed
 from tritonrt.exceptions import PyTritonUnrecoverableError, PyTritonValidationError
 from tritonrt.model_config.checks import validate_outputs
 from tritonrt.model_config.triton_model_config import TritonModelConfig
+from tritonrt.proxy import calls
 from tritonrt.proxy.connection import (
     PeerGone,
     RegionError,
@@ -192,6 +193,7 @@ class CallableWorker(threading.Thread):
         of the whole batch. Traced requests run in their spans (see tritonrt.proxy.telemetry)."""
         name = self._config.model_name
         with request_spans(requests, connection.trace_contexts, name) as spans:
+            scope = calls.enter(connection, seq, name)  # (the callable may call other models: tritonrt.bls)
             try:
                 return seq, answer_each(self._run, requests, retry=self._retry, model=name)
             except (PeerGone, WireError, OSError):
@@ -200,13 +202,19 @@ class CallableWorker(threading.Thread):
                 failure = self._failure(error)
                 spans.fail(failure.message)
                 return seq, failure
+            finally:
+                calls.leave(scope)
 
     def _stream(self, connection: WorkerConnection, seq: int, requests: list[Request]) -> tuple[int, _Failure | None]:
         """The stream path: one reply per step of the (async) generator, the requests cancelled by their clients
         answered with nothing; once every request of the batch was cancelled, the generator is closed (its
         finally blocks run). The failure of the stream, if it failed."""
         with request_spans(requests, connection.trace_contexts, self._config.model_name) as spans:
-            seq, failure = self._stream_steps(connection, seq, requests)
+            scope = calls.enter(connection, seq, self._config.model_name)
+            try:
+                seq, failure = self._stream_steps(connection, seq, requests)
+            finally:
+                calls.leave(scope)
             if failure is not None:
                 spans.fail(failure.message)
         return seq, failure
