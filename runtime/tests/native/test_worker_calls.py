@@ -50,11 +50,12 @@ def inline_input(header, message: bytes, tensor: TensorMeta) -> np.ndarray:
     return np.frombuffer(message[start : start + tensor.byte_length], np.float32).reshape(tensor.shape)
 
 
-def respond(h: Harness, call_id: int, outputs=None, *, error=None, final=True, region=False, announce=False):
-    """An INFER_RESPONSE for ``call_id``: FP32 ``outputs`` (name -> array) inline or in the backend's region,
-    or an ``error`` (code, message), or nothing (None and no error: a final without a response)."""
+def respond(h: Harness, call_id: int, outputs=None, *, error=None, final=True, region=False, announce=False, at=0):
+    """An INFER_RESPONSE for ``call_id``: FP32 ``outputs`` (name -> array) inline or in the backend's region
+    (from offset ``at``), or an ``error`` (code, message), or nothing (None and no error: a final without a
+    response)."""
     backend = h.backend
-    responses, data, offset = [], b"", 0
+    responses, data, offset = [], b"", at if region else 0
     if error is not None:
         responses.append(ResponseMeta(wire.STATUS_ERROR, [], *error))
     elif outputs is not None:
@@ -115,19 +116,19 @@ def test_a_call_sends_its_request_and_answers_with_the_callees_outputs(harness):
 
 
 def test_large_tensors_travel_through_the_regions_and_an_output_returns_by_reference(harness):
-    """An input over the inline threshold goes in the worker's region; an output in the backend's region is
-    viewed (no copy) and, returned as the callable's output, goes back by reference."""
+    """An input over the inline threshold goes in the worker's region (the caller's own input too: the protocol
+    passes a call's inputs by copy); an output in the backend's region is viewed (no copy) and, returned as the
+    callable's output, goes back by reference."""
     seen = {}
 
     def infer(requests):
-        big = np.arange(1024, dtype=np.float32).reshape(1, -1)  # 4 KiB: over the harness's 1 KiB threshold
-        outputs = bls.infer("callee", x=big)
+        outputs = bls.infer("callee", x=requests[0]["x"])  # 4 KiB in the backend's region: over the threshold
         seen["writeable"] = outputs["y"].flags.writeable
         return [{"y": outputs["y"]}]
 
     h = harness(infer)
     h.backend.new_region(1 << 20)
-    h.send([[1.0]])
+    h.send([np.arange(1024, dtype=np.float32).tolist()], region=True, announce=True)
     header, call, _ = read(h, wire.KIND_INFER)
     tensor = call.request.inputs[0]
     assert tensor.location == wire.LOCATION_SENDER_REGION and header.flags & wire.FLAG_NEW_REGION
@@ -140,7 +141,7 @@ def test_large_tensors_travel_through_the_regions_and_an_output_returns_by_refer
     np.testing.assert_array_equal(sent, np.arange(1024, dtype=np.float32))
     del sent
     region.close()
-    respond(h, call.call_id, {"y": np.full((1, 512), 3.0)}, region=True, announce=True)
+    respond(h, call.call_id, {"y": np.full((1, 512), 3.0)}, region=True, at=8192)
     header, responses = h.reply()
     output = responses[0].outputs[0]
     assert output.location == wire.LOCATION_RECEIVER_REGION and header.peer_region_id == h.backend.region.id

@@ -40,6 +40,7 @@ __all__ = [
     "TritonModelException",
     "get_input_tensor_by_name",
     "get_output_tensor_by_name",
+    "naming",
 ]
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -316,10 +317,7 @@ class _Call:
         if response.message is None:
             return InferenceResponse([Tensor(name, array) for name, array in response.outputs.items()])
         self.error = True
-        message = response.message
-        if repr(self.callee) not in message and f'"{self.callee}"' not in message:
-            message = f"model {self.callee!r}: {message}"
-        return InferenceResponse(error=TritonError(message, response.code))
+        return InferenceResponse(error=TritonError(naming(self.callee, response.message), response.code))
 
     def answers(self) -> Iterator[Any]:
         """The call's answers as they come (the caller stops at the last)."""
@@ -356,6 +354,13 @@ class _Call:
             self._span.set_status(Status(StatusCode.ERROR, error) if self.error else Status(StatusCode.OK))
             self._span.end()
             self._span = None
+
+
+def naming(model_name: str, message: str) -> str:
+    """``message``, prefixed with the model's name unless it names it already (quoted, as tritonrt and Triton do)."""
+    if f"'{model_name}'" in message or f'"{model_name}"' in message:
+        return message
+    return f"model {model_name!r}: {message}"
 
 
 def _metrics(model: str, callee: str) -> tuple[Any, Any, Any]:

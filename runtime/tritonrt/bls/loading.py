@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tritonrt.bls.backend_api import naming
 from tritonrt.proxy import wire
 from tritonrt.proxy.calls import Closed, TritonModelException, current
 
@@ -18,7 +19,7 @@ def _control(op: int, model_name: str, version: int = -1, config: str = "", file
     if isinstance(answer, wire.ControlResult) and answer.status == wire.STATUS_OUTPUTS:
         return answer
     message = answer.message if isinstance(answer, (wire.ControlResult, Closed)) else "an unexpected answer"
-    raise TritonModelException(message if repr(model_name) in message else f"model {model_name!r}: {message}")
+    raise TritonModelException(naming(model_name, message))
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:

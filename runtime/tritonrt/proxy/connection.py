@@ -379,9 +379,10 @@ class WorkerConnection:
     # -- calls (BLS: see tritonrt.proxy.calls) -----------------------------------------------------------------
 
     def call(self, seq: int, call: CallRequest, inputs: Mapping[str, np.ndarray]) -> int:
-        """Send an INFER of batch ``seq`` (its inputs inline, in this side's region, or by reference to the
-        backend's); the call's id. TritonModelException when batch ``seq`` is not executing any more."""
-        record = sort_outgoing([inputs], self.settings.inline_threshold, self._peer)
+        """Send an INFER of batch ``seq`` (its inputs inline or in this side's region); the call's id.
+        TritonModelException when batch ``seq`` is not executing any more."""
+        # (By copy: the protocol lets a call's inputs lie inline or in this side's region only.)
+        record = sort_outgoing([inputs], self.settings.inline_threshold, self._peer, by_reference=False)
         tensors = record.records[0]
         if not isinstance(tensors, list):
             raise TritonModelException(f"the inputs of a call of {call.model_name!r}: {tensors}")

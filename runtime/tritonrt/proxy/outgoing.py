@@ -89,13 +89,15 @@ class Answer(NamedTuple):
 _answer = partial(tuple.__new__, Answer)
 
 
-def sort_outgoing(responses: list[Any], threshold: int, peer: PeerRegion | None) -> Answer:
+def sort_outgoing(
+    responses: list[Any], threshold: int, peer: PeerRegion | None, *, by_reference: bool = True
+) -> Answer:
     """Each response (a reply's, or a call's inputs) as a record, and the tensors that carry bytes by name and by
     where they go (consumes ``responses``): tensors of ``threshold`` bytes or more to this side's region, or by
-    reference when they view the ``peer``'s region (the backend's); smaller ones inline. Tensors are grouped by
-    name so that each name's tensors lie back to back."""
+    reference when they view the ``peer``'s region (the backend's) and ``by_reference``; smaller ones inline.
+    Tensors are grouped by name so that each name's tensors lie back to back."""
     # (Locals, gone when this returns: the reply asks whether the callable kept views of the region after.)
-    peer_base: object = peer.base if peer is not None else _NO_REGION
+    peer_base: object = peer.base if peer is not None and by_reference else _NO_REGION
     peer_start = peer.start if peer is not None else 0
     records: list[Record] = []
     inline: dict[str, list[Outgoing]] = {}
