@@ -125,7 +125,7 @@ impl Served {
         if instances > self.max_instances as i64 {
             problems.push(format!(
                 "the config asks for {instances} instances, but the model was bound with {max} callable(s), one \
-                 per instance, so its workers serve at most {max}: ask for at most {max}, or bind it with {instances} \
+                 per instance, so its workers serve at most {max} instance(s): ask for at most {max}, or bind it with {instances} \
                  callables (Triton.bind(name, [infer] * {instances}, ...)) and restart",
                 max = self.max_instances
             ));
