@@ -1,19 +1,41 @@
-"""SLO gates: thresholds from options or environment variables, checked against a run's figures.
+"""SLO gates: thresholds from options, environment variables or the project's ``slo.env``, checked against a run's
+figures.
 
 Example::
 
-    gates = Gates.from_sources({"p95_ms": 50.0}, os.environ)   # options win over LOADTEST_* variables
+    slo = read_env_file(DEFAULT_SLO_ENV)                          # {"LOADTEST_P95_MS": "100", ...}
+    gates = Gates.from_sources({"p95_ms": 50.0}, os.environ, slo, str(DEFAULT_SLO_ENV))
     checks = evaluate(gates, Figures(requests=900, failures=0, p50_ms=3, p95_ms=9, p99_ms=14, rps=30.0))
     print(render_table(checks))
     passed = all(c.passed for c in checks)
+
+Each gate comes from its option, else its ``LOADTEST_*`` environment variable, else the same variable's line in
+``slo.env`` (a generated project's ``deploy/k8s/base/slo.env``, where the service's objectives are set once),
+else its default.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 
 from loadtests.errors import LoadTestSetupError
+
+__all__ = [
+    "DEFAULT_SLO_ENV",
+    "ENV_VARS",
+    "Check",
+    "Figures",
+    "Gates",
+    "evaluate",
+    "passed",
+    "read_env_file",
+    "render_table",
+]
+
+# A generated project's objectives, relative to its root (where `make loadtest` and `python -m loadtests` run).
+DEFAULT_SLO_ENV = Path("deploy/k8s/base/slo.env")
 
 ENV_VARS: dict[str, str] = {
     "p50_ms": "LOADTEST_P50_MS",
@@ -26,33 +48,58 @@ ENV_VARS: dict[str, str] = {
 
 @dataclasses.dataclass(frozen=True)
 class Gates:
-    """Thresholds; None means not gated. Failures are gated at 0 unless loosened."""
+    """Thresholds; None means not gated. Failures are gated at 0 unless loosened. ``origins``: where each gate
+    that did not come from an option or the environment was read (field -> file)."""
 
     p50_ms: float | None = None
     p95_ms: float | None = None
     p99_ms: float | None = None
     max_failure_ratio: float | None = 0.0
     min_rps: float | None = None
+    origins: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_sources(cls, options: Mapping[str, float | None], environ: Mapping[str, str]) -> Gates:
-        """Each gate from ``options`` when given there, else from its ``LOADTEST_*`` variable, else the default."""
+    def from_sources(
+        cls,
+        options: Mapping[str, float | None],
+        environ: Mapping[str, str],
+        slo: Mapping[str, str] | None = None,
+        slo_name: str = "slo.env",
+    ) -> Gates:
+        """Each gate from ``options`` when given there, else from its ``LOADTEST_*`` variable, else from that
+        variable in ``slo`` (the lines of ``slo_name``, see :func:`read_env_file`), else the default."""
         values: dict[str, float | None] = {}
+        origins: dict[str, str] = {}
         for field, variable in ENV_VARS.items():
             value = options.get(field)
             if value is None and environ.get(variable, "").strip():
                 value = _parse_env(variable, environ[variable])
+            elif value is None and slo is not None and slo.get(variable, "").strip():
+                value = _parse_env(variable, slo[variable], f" in {slo_name}")
+                origins[field] = slo_name
             if value is not None:
                 _check_range(field, value)
                 values[field] = value
-        return cls(**values)
+        return cls(**values, origins=origins)
 
 
-def _parse_env(variable: str, text: str) -> float:
+def read_env_file(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines of an env file such as slo.env (comments and blank lines skipped)."""
+    if not path.is_file():
+        raise LoadTestSetupError(f"no {path}: run from the project root or pass --slo-env PATH")
+    values = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, equals, value = line.partition("=")
+        if equals and not name.lstrip().startswith("#"):
+            values[name.strip()] = value.strip()
+    return values
+
+
+def _parse_env(variable: str, text: str, where: str = "") -> float:
     try:
         return float(text)
     except ValueError:
-        raise LoadTestSetupError(f"{variable}={text!r} is not a number; set it like {variable}=50") from None
+        raise LoadTestSetupError(f"{variable}={text!r}{where} is not a number; set it like {variable}=50") from None
 
 
 def _check_range(field: str, value: float) -> None:

@@ -159,9 +159,12 @@ class LoadRun:
 
 @pytest.fixture
 def loadtest() -> Callable[..., LoadRun]:
-    """``loadtest(workdir, locustfile_source, *args, env=None)``: write the locustfile, run the CLI."""
+    """``loadtest(workdir, locustfile_source, *args, env=None, cwd=None)``: write the locustfile, run the CLI
+    (from ``cwd``, a project's root, else the repository's)."""
 
-    def run(workdir: Path, locustfile: str, *args: str, env: dict[str, str] | None = None) -> LoadRun:
+    def run(
+        workdir: Path, locustfile: str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> LoadRun:
         path = workdir / "locustfile.py"
         path.write_text(locustfile, encoding="utf-8")
         reports = workdir / "reports"
@@ -176,8 +179,10 @@ def loadtest() -> Callable[..., LoadRun]:
             *args,
         ]
         environ = {k: v for k, v in os.environ.items() if not k.startswith("LOADTEST_")} | (env or {})
+        if cwd is not None:  # (the library as a project vendors it: importable from there)
+            environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environ.get("PYTHONPATH")]))
         result = subprocess.run(
-            command, cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+            command, cwd=cwd or REPO_ROOT, env=environ, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
         )
         return LoadRun(result.returncode, result.stdout, result.stderr, reports)
 

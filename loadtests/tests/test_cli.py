@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from loadtests.cli import parse_duration
+from loadtests.cli import parse_duration, protocol_of
 from loadtests.errors import LoadTestSetupError
 from loadtests.tests.conftest import REPO_ROOT
 
@@ -69,12 +69,25 @@ def locustfile(tmp_path):
         (["--json", "--protocol", "grpc"], "--json selects JSON tensors for HTTP"),
         (["--duration", "soon"], "--duration 'soon' is not a time span"),
         (["--url", "ftp://example.com"], "must be an http:// or https:// address"),
+        (["--url", "grpc://127.0.0.1:1", "--protocol", "http"], "--url grpc://127.0.0.1:1 is a gRPC address"),
+        (["--url", "grpc://127.0.0.1:1"], "has no user class for protocol 'grpc' (found: Http (http))"),
+        (["--slo-env", "no/such/slo.env"], "no no/such/slo.env: run from the project root or pass --slo-env PATH"),
         (
             ["--url", "http://127.0.0.1:{port}"],
             "cannot reach http://127.0.0.1:{port}/v2/models/identity/config",
         ),
     ],
-    ids=["stream-over-http", "no-grpc-user", "json-over-grpc", "duration", "scheme", "unreachable"],
+    ids=[
+        "stream-over-http",
+        "no-grpc-user",
+        "json-over-grpc",
+        "duration",
+        "scheme",
+        "grpc-url-over-http",
+        "grpc-url-selects-grpc",
+        "no-slo-env",
+        "unreachable",
+    ],
 )
 def test_setup_errors_exit_2_with_a_message(locustfile, args, message):
     port = str(_closed_port())
@@ -100,6 +113,31 @@ def test_bad_gate_variable(locustfile):
 
     assert result.returncode == 2
     assert "LOADTEST_P95_MS='quick' is not a number" in result.stderr
+
+
+def test_a_bad_gate_in_slo_env_names_the_file(locustfile, tmp_path):
+    slo_env = tmp_path / "slo.env"
+    slo_env.write_text("LOADTEST_P95_MS=soon\n")
+    result = _cli("--url", "localhost:1", "--locustfile", locustfile, "--slo-env", str(slo_env))
+
+    assert result.returncode == 2
+    assert f"LOADTEST_P95_MS='soon' in {slo_env} is not a number" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "protocol", "stream", "expected"),
+    [
+        ("grpc://localhost:8001", None, False, "grpc"),
+        ("GRPC://localhost:8001", None, False, "grpc"),
+        ("http://localhost:8000", None, False, "http"),
+        ("localhost:8001", None, False, "http"),
+        ("localhost:8001", "grpc", False, "grpc"),
+        ("grpc://localhost:8001", "grpc", False, "grpc"),
+        ("grpc://localhost:8001", None, True, "grpc-stream"),
+    ],
+)
+def test_the_protocol_follows_the_url_unless_given(url, protocol, stream, expected):
+    assert protocol_of(url, protocol, stream=stream) == expected
 
 
 def test_argparse_rejects_bad_numbers():

@@ -18,6 +18,20 @@ def test_options_win_over_environment_and_defaults():
     assert gates == Gates(p50_ms=None, p95_ms=50.0, p99_ms=80.0, max_failure_ratio=0.0, min_rps=None)
 
 
+def test_slo_env_sets_the_gates_that_neither_options_nor_the_environment_set():
+    slo = {"LOADTEST_P95_MS": "100", "LOADTEST_P99_MS": "300", "LOADTEST_MIN_RPS": "5", "QUEUE_TARGET_MS": "20"}
+
+    gates = Gates.from_sources({"p99_ms": 250.0}, {"LOADTEST_MIN_RPS": "7"}, slo, "deploy/k8s/base/slo.env")
+
+    assert gates == Gates(p95_ms=100.0, p99_ms=250.0, min_rps=7.0)
+    assert gates.origins == {"p95_ms": "deploy/k8s/base/slo.env"}
+
+
+def test_a_bad_value_in_slo_env_names_the_file():
+    with pytest.raises(LoadTestSetupError, match=r"LOADTEST_P95_MS='x' in slo.env is not a number"):
+        Gates.from_sources({}, {}, {"LOADTEST_P95_MS": "x"})
+
+
 def test_failure_ratio_can_be_loosened_from_the_environment():
     assert Gates.from_sources({}, {"LOADTEST_MAX_FAILURE_RATIO": "0.05"}).max_failure_ratio == 0.05
 

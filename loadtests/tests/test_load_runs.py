@@ -144,6 +144,24 @@ def test_gate_that_cannot_be_met_fails_the_run(triton, loadtest, tmp_path):
     assert "GATES MISSED" in run.stdout
 
 
+def test_a_grpc_url_runs_the_grpc_users_gated_by_the_projects_slo_env(triton, loadtest, project_users, tmp_path):
+    """What `make loadtest URL=grpc://...` runs, from a project's root: the gRPC users, without --protocol, and
+    the gates of its deploy/k8s/base/slo.env, read by the library itself (no Makefile passes them)."""
+    slo_env = tmp_path / "deploy" / "k8s" / "base" / "slo.env"
+    slo_env.parent.mkdir(parents=True)
+    slo_env.write_text("# objectives\nLOADTEST_P95_MS=60000\nQUEUE_TARGET_MS=20\nLOADTEST_MIN_RPS=1e9\n")
+    url = f"grpc://{triton.grpc_url}"
+    run = loadtest(tmp_path, project_users, "--url", url, "--users", "2", "--duration", DURATION, cwd=tmp_path)
+
+    assert run.returncode == 1, run.stdout + run.stderr  # the throughput gate of slo.env cannot be met
+    assert int(run.stats()[("gRPC", "identity")]["Request Count"]) > 0
+    [p95] = [line for line in run.stdout.splitlines() if line.startswith("p95 latency")]
+    assert "<= 60000.0 ms" in p95 and p95.endswith("PASS")
+    [throughput] = [line for line in run.stdout.splitlines() if line.startswith("throughput")]
+    assert ">= 1e+09 rps" in throughput and throughput.endswith("FAIL")
+    assert "gate LOADTEST_P95_MS=60000 from deploy/k8s/base/slo.env" in run.stderr
+
+
 def test_gates_are_read_from_environment_variables(triton, loadtest, tmp_path):
     run = loadtest(
         tmp_path,

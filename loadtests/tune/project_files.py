@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.errors import LoadTestSetupError
+from loadtests.gates import read_env_file  # (slo.env's reading is the gates')
 
 __all__ = ["diff", "read_env_file", "read_tuning", "render_tuning", "with_env_value"]
 
@@ -34,18 +35,6 @@ def read_tuning(path: Path) -> dict[str, Any]:
 
 def render_tuning(settings: dict[str, Any]) -> str:
     return json.dumps(settings, indent=2) + "\n"
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """``NAME=value`` lines of an env file such as slo.env (comments and blank lines skipped)."""
-    if not path.is_file():
-        raise LoadTestSetupError(f"no {path}: run from the project root or pass --slo-env PATH")
-    values = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        name, equals, value = line.partition("=")
-        if equals and not name.lstrip().startswith("#"):
-            values[name.strip()] = value.strip()
-    return values
 
 
 def with_env_value(text: str, name: str, value: str) -> str:
