@@ -8,6 +8,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextvars
+import json
 import mmap
 import os
 import socket
@@ -405,3 +406,36 @@ def test_a_call_still_waiting_after_its_request_was_answered_ends_and_the_worker
     respond(h, call.call_id, {"y": [[0.0]]})  # a late answer of the old call is dropped
     seq = h.send([[3.0]])
     assert h.reply()[0].seq == seq
+
+
+def test_a_traced_call_has_a_span_under_the_requests_and_passes_its_context_on(harness, monkeypatch):
+    pytest.importorskip("opentelemetry.sdk", reason="needs tritonrt[telemetry] (opentelemetry)")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tritonrt.proxy import telemetry
+
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(telemetry, "_tracer", provider.get_tracer("test"))
+
+    def infer(requests):
+        return [{"y": bls.infer("callee", x=requests[0]["x"])["y"]}]
+
+    h = harness(infer)
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    raw = np.ones((1, 1), np.float32).tobytes()
+    x = TensorMeta("x", wire.DTYPE_FP32, wire.LOCATION_INLINE, 0, len(raw), (1, 1))
+    context = f'{{"traceparent":"00-{trace_id}-b7ad6b7169203331-01"}}'
+    h.backend.send_batch([wire.RequestMeta("", 0, None, {}, None, [x], context)], raw)
+    _, call, _ = read(h, wire.KIND_INFER)
+    respond(h, call.call_id, {"y": [[2.0]]})
+    h.reply()
+    provider.shutdown()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    request_span, call_span = spans["tritonrt_execute"], spans["tritonrt_bls"]
+    assert call_span.parent.span_id == request_span.context.span_id
+    assert call_span.attributes["triton.model_name"] == "callee"
+    _, sent_trace, sent_span, _ = json.loads(call.request.trace_context)["traceparent"].split("-")
+    assert (sent_trace, sent_span) == (trace_id, format(call_span.context.span_id, "016x"))
