@@ -99,7 +99,9 @@ def test_a_call_sends_its_request_and_answers_with_the_callees_outputs(harness):
         )  # fmt: skip
         response = request.exec()
         assert not response.has_error(), response.error()
-        return [{"y": bls.get_output_tensor_by_name(response, "y").as_numpy() + 1}]
+        y = bls.get_output_tensor_by_name(response, "y").as_numpy()
+        assert y.flags.writeable and y.flags.owndata  # (small: copied out of the received message)
+        return [{"y": y + 1}]
 
     h = harness(infer)
     seq = h.send([[1.0, 2.0]])

@@ -210,8 +210,9 @@ class CallTable:
 def callee_responses(
     answer: CallResponses, buffer: bytearray, data_start: int, peer: PeerRegion | None
 ) -> tuple[list[CalleeResponse], bool]:
-    """The responses of an INFER_RESPONSE with their outputs as arrays: views of the message's bytes (inline; the
-    link keeps a buffer that arrays view) or of the backend's region; and whether any lies in that region."""
+    """The responses of an INFER_RESPONSE with their outputs as arrays: copies of the message's bytes (inline,
+    small: a view would make the link read its next message into a new buffer while the caller keeps it) or
+    views of the backend's region; and whether any lies in that region."""
     responses: list[CalleeResponse] = []
     in_region = False
     for response in answer.responses:
@@ -222,16 +223,17 @@ def callee_responses(
             continue  # a stream's step without a response
         outputs: dict[str, np.ndarray] = {}
         for name, dtype, location, offset, byte_length, shape in response.outputs:
-            source: bytearray | np.ndarray
             if location == LOCATION_INLINE:
-                source, offset = buffer, data_start + offset
-            elif location == LOCATION_SENDER_REGION:
+                array = array_from(buffer, data_start + offset, dtype, shape, byte_length)
+                outputs[name] = array.copy() if array.base is not None else array
+                continue
+            if location == LOCATION_SENDER_REGION:
                 if peer is None or offset + byte_length > peer.size:
                     raise WireError(f"output {name!r} of a call lies outside the backend's region", breaks_stream=True)
-                source, in_region = peer.base, True
+                in_region = True
             else:
                 raise WireError(f"output {name!r} of a call lies in the worker's own region", breaks_stream=True)
-            outputs[name] = array_from(source, offset, dtype, shape, byte_length)
+            outputs[name] = array_from(peer.base, offset, dtype, shape, byte_length)
         responses.append(CalleeResponse(outputs))
     return responses, in_region
 

@@ -405,8 +405,8 @@ class WorkerConnection:
                 KIND_INFER, FLAG_NEW_REGION if announce else 0, 1, seq, new_region.size if new_region else 0,
                 region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
             ))  # fmt: skip
-            parts[0] = wire.encode_message(header, meta, inline_end)
-            self.link.send(parts, new_region.fd if new_region is not None else -1)
+            parts[0] = head = wire.encode_message(header, meta, inline_end)
+            self.link.send(parts, new_region.fd if new_region is not None else -1, len(head) + inline_end)
         if new_region is not None:
             new_region.close_fd()
         return call_id
