@@ -23,6 +23,7 @@ import atexit
 import logging
 import os
 import pathlib
+import secrets
 import shutil
 import tempfile
 
@@ -43,7 +44,7 @@ from tritonrt.models.workers import WorkerInfo, WorkerMode, WorkerOptions
 from tritonrt.proxy import telemetry
 from tritonrt.server import environment, python_env
 from tritonrt.server.api import ServerApi
-from tritonrt.server.command import server_command
+from tritonrt.server.command import SERVER_EXIT_TIMEOUT_S, server_command
 from tritonrt.server.config import (
     DEFAULT_PROTECTED_ENDPOINTS,
     VALID_TRITON_ENDPOINTS,
@@ -51,6 +52,7 @@ from tritonrt.server.config import (
     TritonSecurityConfig,
     merge_with_environment,
 )
+from tritonrt.server.drain import drain_models
 from tritonrt.server.install import find_or_install_server
 from tritonrt.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
@@ -81,8 +83,11 @@ __all__ = [
 ]
 
 LOGGER = logging.getLogger("tritonrt")
+SHARED_MEMORY_DIR = pathlib.Path("/dev/shm")
 
 DEFAULT_EXIT_TIMEOUT_S = 30
+# How long tritonserver may take to exit beyond its own exit timeout before tritonrt kills it.
+_SERVER_STOP_MARGIN_S = 10
 
 
 def _start_callable_tracing(trace_config: list[str] | None) -> None:
@@ -130,6 +135,7 @@ class Triton(ModelHost):
         self._server: TritonServerProcess | None = None
         self._server_files: tuple[pathlib.Path, dict[str, str]] | None = None  # (server dir, environment)
         self._models_dir = None if models_dir is None else pathlib.Path(models_dir).absolute()
+        self._regions_token = secrets.token_hex(4)  # names the Python backend's regions of this Triton's servers
         if self._models_dir is not None:
             triton_models.scan(self._models_dir, "models_dir")  # a missing folder is an error now, not at run()
 
@@ -182,7 +188,15 @@ class Triton(ModelHost):
         repositories = [] if self._models_dir is None else [f"--model-repository={self._models_dir}"]
         # Models bound before the start load during start-up, so the server is ready only once they are.
         names = [*(model.name for model in served), *self._models]
-        self._start_server(server_dir, env, repositories + [f"--load-model={name}" for name in names])
+        flags = repositories + [f"--load-model={name}" for name in names]
+        regions = None
+        if any(model.backend == "python" for model in served):
+            # The Python backend's shared-memory regions, named for this start: the guard removes what a server
+            # that died (killed, crashed) leaves in /dev/shm, where Triton's own clean-up never ran.
+            prefix = f"tritonrt-{self._regions_token}-{self._generation}-"
+            flags.append(f"--backend-config=python,shm-region-prefix-name={prefix}")
+            regions = SHARED_MEMORY_DIR / f"{prefix}*"
+        self._start_server(server_dir, env, flags, regions)
         if served:
             listed = ", ".join(f"{model.name} ({model.backend or 'backend from its files'})" for model in served)
             LOGGER.info("Serving Triton's own models beside the bound ones: %s", listed)
@@ -249,13 +263,19 @@ class Triton(ModelHost):
             flags.append(f"--grpc-restricted-protocol={value}")
         return flags
 
-    def _start_server(self, server_dir: pathlib.Path, env: dict[str, str], load_flags: list[str]) -> None:
+    def _start_server(
+        self, server_dir: pathlib.Path, env: dict[str, str], load_flags: list[str], regions: pathlib.Path | None
+    ) -> None:
         extra_flags = self._security_flags() + load_flags
         command = server_command(server_dir, self._config, self._model_repository(), extra_flags)
         self._server = TritonServerProcess(
             command,
             env,
-            cleanup=[self._socket_folder(), *([self._workspace] if self._own_workspace else [])],
+            cleanup=[
+                self._socket_folder(),
+                *([self._workspace] if self._own_workspace else []),
+                *([regions] if regions is not None else []),
+            ],
             verbose=bool(self._config.log_verbose),
             secrets=self._secrets(),
         )
@@ -295,7 +315,8 @@ class Triton(ModelHost):
         return self._server is not None and self._server.is_alive() and self._models_alive()
 
     def stop(self) -> bool:
-        """Stop the server: in-flight requests finish (up to ``exit_timeout_secs``), then clean up.
+        """Stop the server: new requests are refused, in-flight ones finish (up to ``exit_timeout_secs``), open
+        connections are closed (idle ones do not delay the stop), then clean up.
 
         Returns True when this call stopped a server, False when there was none to stop (as PyTriton 0.7).
         """
@@ -330,10 +351,20 @@ class Triton(ModelHost):
         self.kill()
 
     def _shutdown(self) -> None:
+        """Drain the models (new requests refused, those in flight answered, up to ``exit_timeout_secs``; see
+        tritonrt.server.drain), then stop tritonserver, which then has only its last answers to write."""
         try:
-            if self._server is not None:
+            server = self._server
+            if server is not None:
                 exit_timeout = self._config.exit_timeout_secs
-                self._server.stop((DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout) + 5)
+                drain_s = DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout
+                if self._api is not None and server.is_alive():
+                    try:
+                        drain_models(self._api, drain_s, server.is_alive)
+                    except BaseException:  # e.g. a KeyboardInterrupt: no server outlives the drain
+                        server.kill()
+                        raise
+                server.stop(SERVER_EXIT_TIMEOUT_S + _SERVER_STOP_MARGIN_S)
         finally:
             self._server = None
             self._close_models()

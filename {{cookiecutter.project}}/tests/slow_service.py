@@ -1,8 +1,9 @@
 """The service with a slow model, so that requests queue: ``python tests/slow_service.py``.
 
 Runs ``python -m {{ cookiecutter.package }}`` unchanged, except that every batch takes
-``SLOW_SERVICE_BATCH_S`` seconds (default 0.1) longer. The monitoring tests overload it to see Triton's
-queue time, and the autoscaler's signal, rise.
+``SLOW_SERVICE_BATCH_S`` seconds (default 0.1) longer, and, with ``SLOW_SERVICE_MARKS`` set to a file, adds
+a line to that file as each batch begins. The monitoring tests overload it to see Triton's queue time, and the
+autoscaler's signal, rise; the stopping tests stop it while a request is in the model.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import numpy as np
 from {{ cookiecutter.package }} import model, service
 
 _DELAY_S = float(os.environ.get("SLOW_SERVICE_BATCH_S", "0.1"))
+_MARKS = os.environ.get("SLOW_SERVICE_MARKS")
 _predict = model.Model.predict
 
 
 def _slow_predict(self: model.Model, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    if _MARKS:
+        with open(_MARKS, "a") as marks:
+            marks.write("batch\n")
     time.sleep(_DELAY_S)
     return _predict(self, **inputs)
 

@@ -1,10 +1,12 @@
-"""Stopping the service: a second SIGTERM or SIGINT during the drain stops it at once, with a non-zero exit.
+"""Stopping the service: SIGTERM lets the requests in flight finish and does not wait for connections that
+clients merely keep open; a second SIGTERM or SIGINT during the drain stops it at once, with a non-zero exit.
 
 A real service (``tests/slow_service.py``: every batch sleeps) on a local tritonserver.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import sys
 import threading
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PROJECT_DIR, start_service
+from conftest import PROJECT_DIR, assert_outputs_close, expected_outputs, outputs_of, start_service
 from tritonrt.client.exceptions import PyTritonClientError
 
 from {{ cookiecutter.package }} import spec
@@ -22,6 +24,50 @@ from {{ cookiecutter.package }}.client import Client
 pytestmark = pytest.mark.integration
 WAIT_S = 120  # a guard against hanging, not a measurement
 BATCH_S = 300  # each batch's sleep: a drain would wait for it (up to EXIT_TIMEOUT_S)
+# Far above a stop's own time (about 1 s) and far below the 30 s (EXIT_TIMEOUT_S) that an idle keep-alive
+# connection held every stop for before: tritonserver waited for the connection to close.
+STOP_BOUND_S = 10
+
+
+def test_connections_kept_open_do_not_hold_the_stop(tmp_path: Path) -> None:
+    service = start_service(tmp_path / "service.log")  # EXIT_TIMEOUT_S: the default, 30 s
+    try:
+        with Client(service.http_url) as http_client, Client(service.grpc_url) as grpc_client:
+            http_client.predict(**spec.example_inputs())  # both connections stay open, idle
+            grpc_client.predict(**spec.example_inputs())
+            started = time.monotonic()
+            service.process.send_signal(signal.SIGTERM)
+            code = service.process.wait(timeout=WAIT_S)
+            took = time.monotonic() - started
+        assert code == 0, service.output()
+        assert took < STOP_BOUND_S, f"the stop took {took:.1f} s with idle connections open:\n{service.output()}"
+    finally:
+        service.stop()
+
+
+def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marks = tmp_path / "batches"
+    marks.touch()
+    monkeypatch.setenv("SLOW_SERVICE_BATCH_S", "3")
+    monkeypatch.setenv("SLOW_SERVICE_MARKS", str(marks))
+    command = [sys.executable, str(PROJECT_DIR / "tests" / "slow_service.py")]
+    service = start_service(tmp_path / "service.log", command=command)
+    try:
+        with Client(service.http_url, inference_timeout_s=WAIT_S) as client:
+            client.predict(**spec.example_inputs())  # ready and connected
+            before = marks.read_text().count("batch")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                in_flight = pool.submit(client.predict, **spec.example_inputs())
+                deadline = time.monotonic() + WAIT_S
+                while marks.read_text().count("batch") == before:  # the request reached the model
+                    assert time.monotonic() < deadline and not in_flight.done(), service.output()
+                    time.sleep(0.05)
+                service.process.send_signal(signal.SIGTERM)
+                prediction = in_flight.result(WAIT_S)
+        assert_outputs_close(outputs_of(prediction), expected_outputs())
+        assert service.process.wait(timeout=WAIT_S) == 0, service.output()
+    finally:
+        service.stop()
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -1,89 +1,111 @@
-"""What callers see while tritonserver drains after stop() (SIGINT), as runtime/README.md describes it.
+"""What callers see while stop() drains the server (tritonrt.server.drain), as runtime/README.md describes it.
 
-tritonserver (2.51) first closes its HTTP service: new HTTP connections are closed without an answer, while
-connections already open are still served, and it waits (up to ``exit_timeout_secs``) for them to close. Then
-it stops its core: in-flight inferences finish, new gRPC calls get ``UNAVAILABLE: Server is stopping``, or, once
-it has begun to unload the models, ``Request for unknown model: ... has no available versions``. A real tritonserver.
+stop() first unloads the models: from then on new requests are refused (``Request for unknown model: ... has
+no available versions``), on connections opened before and after alike, and the server reports not ready,
+while the requests in flight are answered. Then it signals tritonserver with no exit timeout of its own, so
+connections that clients merely keep open (an idle HTTP keep-alive connection, a gRPC channel) no longer hold
+the stop for ``exit_timeout_secs`` (tritonserver 2.51 waited for them: 30 s by default). A real tritonserver.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
+import logging
 import threading
 import time
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tritonrt.client import ModelClient
-from tritonrt.client._transport import ServerUnreachableError
-from tritonrt.client.exceptions import PyTritonClientError
+from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.model_config import ModelConfig, Tensor
 
 pytestmark = pytest.mark.integration
 
-SLEEP_S = 4.0  # the in-flight request's time in the model: the drain lasts that long
 WAIT_S = 60.0  # a guard against hanging, not a measurement
+# Far above the stop's own time (about 1 s) and far below the 30 s that an idle connection held it before.
+STOP_BOUND_S = 10.0
 X = np.array([0.0], np.float32)
-started = threading.Event()
+TENSORS = ([Tensor(name="x", dtype=np.float32, shape=(1,))], [Tensor(name="y", dtype=np.float32, shape=(1,))])
 
 
-def _sleepy(requests):
-    if float(requests[0]["x"][0]):
-        started.set()
-    time.sleep(float(requests[0]["x"][0]))
-    return [{"y": request["x"]} for request in requests]
-
-
-def _serve_sleepy(new_triton, exit_timeout_secs: int):
+def _serve(new_triton, infer, exit_timeout_secs: int):
     server = new_triton(exit_timeout_secs=exit_timeout_secs)
-    tensors = ([Tensor(name="x", dtype=np.float32, shape=(1,))], [Tensor(name="y", dtype=np.float32, shape=(1,))])
-    server.triton.bind("sleepy", _sleepy, *tensors, config=ModelConfig(batching=False))
+    server.triton.bind("model", infer, *TENSORS, config=ModelConfig(batching=False))
     server.triton.run()
-    started.clear()
-    config = server.triton._config
+    config = server.triton.config
     return server, f"http://127.0.0.1:{config.http_port}", f"grpc://127.0.0.1:{config.grpc_port}"
 
 
-def test_new_calls_during_the_drain_are_refused_as_stopping(new_triton):
-    server, http_url, grpc_url = _serve_sleepy(new_triton, exit_timeout_secs=30)
+def _echo(requests):
+    return [{"y": request["x"]} for request in requests]
+
+
+def test_connections_kept_open_do_not_hold_the_stop(new_triton, caplog):
+    caplog.set_level(logging.DEBUG, logger="tritonrt.server.tritonserver")
+    server, http_url, grpc_url = _serve(new_triton, _echo, exit_timeout_secs=30)
+    host, port = http_url.removeprefix("http://").split(":")
+    keep_alive = http.client.HTTPConnection(host, int(port), timeout=WAIT_S)
+    channel = grpcclient.InferenceServerClient(grpc_url.removeprefix("grpc://"))
+    try:
+        keep_alive.request("GET", "/v2/health/ready")  # HTTP/1.1: the connection stays open, idle
+        assert keep_alive.getresponse().read() == b""
+        assert channel.is_server_ready()
+        started = time.monotonic()
+        assert server.triton.stop()
+        took = time.monotonic() - started
+    finally:
+        keep_alive.close()
+        channel.close()
+    assert took < STOP_BOUND_S, f"stop() took {took:.1f} s with idle connections open"
+    assert "service connections" not in caplog.text, "tritonserver waited for the open connections"
+    assert "Exit timeout expired" not in caplog.text
+
+
+def test_requests_in_flight_are_answered_while_new_ones_are_refused(new_triton):
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def held(requests):
+        if float(requests[0]["x"][0]):
+            entered.release()
+            release.wait(WAIT_S)
+        return _echo(requests)
+
+    server, http_url, grpc_url = _serve(new_triton, [held, held], exit_timeout_secs=int(WAIT_S))
+    probe = grpcclient.InferenceServerClient(grpc_url.removeprefix("grpc://"))
     with (
-        ModelClient(grpc_url, "sleepy", inference_timeout_s=WAIT_S) as in_flight_client,
-        ModelClient(grpc_url, "sleepy") as grpc_client,
-        concurrent.futures.ThreadPoolExecutor(2) as pool,
+        ModelClient(http_url, "model", inference_timeout_s=WAIT_S) as in_flight_http,
+        ModelClient(grpc_url, "model", inference_timeout_s=WAIT_S) as in_flight_grpc,
+        ModelClient(http_url, "model") as kept_http,
+        ModelClient(grpc_url, "model") as kept_grpc,
+        concurrent.futures.ThreadPoolExecutor(3) as pool,
     ):
-        grpc_client.infer_sample(X)  # ready and configured before the drain
-        config = grpc_client.model_config
-        in_flight = pool.submit(in_flight_client.infer_sample, np.array([SLEEP_S], np.float32))
-        assert started.wait(WAIT_S)
+        for client in (in_flight_http, in_flight_grpc, kept_http, kept_grpc):
+            client.infer_sample(X)  # ready, configured and connected before the stop
+        config = kept_http.model_config
+        one = np.array([1.0], np.float32)
+        in_flight = [pool.submit(client.infer_sample, one) for client in (in_flight_http, in_flight_grpc)]
+        assert entered.acquire(timeout=WAIT_S) and entered.acquire(timeout=WAIT_S)  # both in the model
         stopping = pool.submit(server.triton.stop)
-        time.sleep(1.0)  # SIGINT reached tritonserver; no HTTP connection is open: its core is stopping
-        with pytest.raises(PyTritonClientError) as refused:  # the core refuses it, or has unloaded the model
-            grpc_client.infer_sample(X)
-        with ModelClient(http_url, "sleepy", model_config=config, ensure_model_is_ready=False) as new_http:
-            with pytest.raises(ServerUnreachableError) as unreachable:
+        deadline = time.monotonic() + WAIT_S
+        while probe.is_model_ready("model"):  # the drain began: the model is being unloaded
+            assert time.monotonic() < deadline, "the model stayed ready after stop()"
+            time.sleep(0.05)
+        probe.close()
+        refusals = []
+        for client in (kept_http, kept_grpc):
+            with pytest.raises(PyTritonClientModelUnavailableError) as refused:
+                client.infer_sample(X)
+            refusals.append(str(refused.value))
+        with ModelClient(http_url, "model", model_config=config, ensure_model_is_ready=False) as new_http:
+            with pytest.raises(PyTritonClientModelUnavailableError) as refused:
                 new_http.infer_sample(X)
-        assert in_flight.result(WAIT_S)["y"].tolist() == [SLEEP_S], "the in-flight request is answered"
-        stopping.result(WAIT_S)
-    assert "is stopping" in str(refused.value) or "has no available versions" in str(refused.value)
-    # Refused (listener closed) or dropped (accepted, closed without an answer): both are "unreachable".
-    message = str(unreachable.value)
-    assert "Check that the server runs" in message or "closed the connection" in message
-
-
-def test_an_http_connection_opened_before_the_drain_is_still_served(new_triton):
-    server, http_url, grpc_url = _serve_sleepy(new_triton, exit_timeout_secs=5)
-    with (
-        ModelClient(grpc_url, "sleepy", inference_timeout_s=WAIT_S) as in_flight_client,
-        ModelClient(http_url, "sleepy") as kept_http,
-        concurrent.futures.ThreadPoolExecutor(2) as pool,
-    ):
-        kept_http.infer_sample(X)  # ready, configured and connected before the drain
-        in_flight = pool.submit(in_flight_client.infer_sample, np.array([SLEEP_S], np.float32))
-        assert started.wait(WAIT_S)
-        stopping = pool.submit(server.triton.stop)
-        time.sleep(1.0)
-        assert kept_http.infer_sample(X)["y"].tolist() == [0.0]
-        assert in_flight.result(WAIT_S)["y"].tolist() == [SLEEP_S]
-        kept_http.close()
-        stopping.result(WAIT_S)
+            refusals.append(str(refused.value))
+        assert not stopping.done(), "stop() returned while requests were in flight"
+        release.set()
+        assert [future.result(WAIT_S)["y"].tolist() for future in in_flight] == [[1.0], [1.0]]
+        assert stopping.result(WAIT_S)
+    assert all("has no available versions" in message and "stopping" in message for message in refusals), refusals

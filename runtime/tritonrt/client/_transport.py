@@ -400,7 +400,9 @@ def server_error(message: str, status: str | None, *, url: TritonUrl, action: st
     if "unknown model" in lowered or status in ("404", "StatusCode.NOT_FOUND"):
         return PyTritonClientModelUnavailableError(
             f"Model {model!r} is not available on the server at {url.with_scheme}: {message}. Check the "
-            "model name and version, and that the model loaded (see the server log)."
+            "model name and version, and that the model loaded (see the server log). A tritonrt server that is "
+            "stopping unloads its models first: then send the request to another replica, or again once the "
+            "service has restarted."
         )
     if "UNAVAILABLE" in status and any(marker in lowered for marker in _UNREACHABLE_MARKERS):
         return unreachable_error(url, message)

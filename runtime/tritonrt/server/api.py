@@ -15,6 +15,7 @@ from tritonrt.exceptions import PyTritonBadParameterError, PyTritonRuntimeError
 __all__ = ["ServerApi"]
 
 _LOAD_TIMEOUT_S = 300
+_BUSY_STATES = ("READY", "LOADING", "UNLOADING")
 
 
 class ServerApi:
@@ -138,6 +139,38 @@ class ServerApi:
             lambda client, headers: client.unload_model(name, headers=headers, client_timeout=timeout_s),
             timeout_s,
         )
+
+    def model_states(self, timeout_s: float = 5) -> dict[str, str]:
+        """Each model of the server's repository and its state (``READY``, ``UNLOADING``, ``UNAVAILABLE``, ...),
+        from Triton's repository index; raise PyTritonRuntimeError when the server cannot say."""
+        try:
+            entries = self._repository_index(timeout_s)
+        except (OSError, ValueError) as error:  # unreachable, or not an index
+            raise PyTritonRuntimeError(f"Could not read the model repository index: {error}") from error
+        states: dict[str, str] = {}
+        for entry in entries:
+            name, state = str(entry.get("name", "")), str(entry.get("state") or "UNAVAILABLE")
+            if states.get(name) not in _BUSY_STATES:  # a model with several versions: a busy one counts
+                states[name] = state
+        return states
+
+    def _repository_index(self, timeout_s: float) -> list[dict[str, Any]]:
+        if self.http_port is not None:
+            status, text = self._http("POST", "/v2/repository/index", timeout=timeout_s, body=b"{}")
+            if status != 200:
+                raise ValueError(f"HTTP {status}: {text}")
+            return list(json.loads(text))
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            with grpcclient.InferenceServerClient(self.grpc_url) as client:
+                index = client.get_model_repository_index(
+                    headers=self._grpc_headers(), as_json=True, client_timeout=timeout_s
+                )
+        except InferenceServerException as error:
+            raise ValueError(error.message()) from None
+        return list(index.get("models", []))
 
     def update_trace_settings(self, name: str, settings: Mapping[str, Any]) -> None:
         """Set a model's own trace settings (Triton's trace API; see ``tritonrt.models.trace``)."""

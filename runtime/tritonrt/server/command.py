@@ -6,10 +6,15 @@ import pathlib
 
 from tritonrt.server.config import TritonConfig
 
-__all__ = ["config_flags", "server_command"]
+__all__ = ["SERVER_EXIT_TIMEOUT_S", "config_flags", "server_command"]
 
-# tritonrt decides these itself; user values for them are applied elsewhere (model_repository) or ignored.
-_MANAGED = {"model_repository"}
+# tritonrt decides these itself; user values for them are applied elsewhere: model_repository by Triton,
+# exit_timeout_secs by tritonrt's own drain (tritonrt.server.drain).
+_MANAGED = {"model_repository", "exit_timeout_secs"}
+SERVER_EXIT_TIMEOUT_S = 0
+"""tritonserver's own ``--exit-timeout-secs``: tritonrt drains the models before it signals the server
+(tritonrt.server.drain), so Triton has nothing left to wait for; with more, it would wait for idle keep-alive
+connections (they never close by themselves), up to this long."""
 
 
 def _format(value: object) -> str:
@@ -47,4 +52,6 @@ def server_command(
     ]
     if config.cache_directory is None and (server_dir / "caches").is_dir():
         command.append(f"--cache-directory={server_dir / 'caches'}")
+    drain = SERVER_EXIT_TIMEOUT_S if config.exit_timeout_secs is None else config.exit_timeout_secs
+    command.append(f"--exit-timeout-secs={min(drain, SERVER_EXIT_TIMEOUT_S)}")
     return command + config_flags(config) + extra_flags

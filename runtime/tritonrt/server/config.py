@@ -42,6 +42,10 @@ class TritonConfig:
 
     Also read from ``PYTRITON_TRITON_CONFIG_<FIELD>`` variables by :meth:`from_env` (list fields take
     several values separated by ``;``).
+
+    ``exit_timeout_secs`` (default 30) bounds the drain of ``stop()``, as in PyTriton: how long requests in
+    flight get to finish. tritonrt drains the models itself (tritonrt.server.drain) and gives tritonserver no
+    exit timeout of its own, so connections that clients keep open do not make a stop wait.
     """
 
     model_repository: pathlib.Path | None = None

@@ -1,0 +1,96 @@
+"""The drain before tritonserver stops: new requests are refused, the ones in flight finish, idle connections
+do not count.
+
+tritonserver's own drain (SIGINT) first waits for its HTTP connections to close, up to
+``--exit-timeout-secs``, and only then for in-flight inferences: a client that merely keeps an idle keep-alive
+connection open (a notebook's client, a connection pool) holds every stop for the whole timeout (30 s by
+default, Kubernetes' whole grace period). So tritonrt drains the models itself, then signals the server with a
+short exit timeout (``tritonrt.server.command.SERVER_EXIT_TIMEOUT_S``):
+
+1. it unloads every model through Triton's repository API. From then on Triton refuses new requests for
+   them (the model is not ready; ``/v2/health/ready`` says not ready), while the requests it has, queued or
+   executing, finish: a model being unloaded lives until its last request is answered;
+2. it waits until each model is unloaded (Triton's repository index), up to ``exit_timeout_secs``;
+3. it gives the last answers a moment (:data:`ANSWER_SETTLE_S`) to be written out, and signals tritonserver,
+   which then has nothing left to wait for.
+
+This is Kubernetes' graceful shutdown: stop taking work, finish what is in flight, close what is idle.
+
+Example::
+
+    drain_models(api, timeout_s=30, server_alive=process.is_alive)
+    process.stop(10)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tritonrt.exceptions import PyTritonRuntimeError
+from tritonrt.server.api import ServerApi
+
+__all__ = ["ANSWER_SETTLE_S", "drain_models"]
+
+LOGGER = logging.getLogger("tritonrt.server")
+
+_UNLOADED = "UNAVAILABLE"
+_POLL_S = 0.05
+ANSWER_SETTLE_S = 0.2
+"""After the last model is unloaded, the time its last answers get to leave Triton's HTTP and gRPC threads
+before tritonserver is signalled (Triton releases a request once answered, before the answer is written out)."""
+
+
+def drain_models(api: ServerApi, timeout_s: float, server_alive: Callable[[], bool]) -> list[str]:
+    """Unload every model ``api``'s server serves and wait, up to ``timeout_s``, for their requests in flight;
+    return the models still busy when the wait ended (none: every request was answered).
+
+    The wait ends early when ``server_alive()`` turns false (the server was killed: a second Ctrl+C). A server
+    that cannot be asked (it died) has nothing to drain.
+    """
+    try:
+        busy = _busy(api)
+    except PyTritonRuntimeError as error:
+        LOGGER.debug("No drain: %s", error)
+        return []
+    if not busy:
+        return []
+    LOGGER.info(
+        "Stopping: unloading the models; new requests are refused, requests in flight finish (up to %g s)",
+        timeout_s,
+    )
+    refused = set()
+    for name in busy:
+        try:
+            api.unload_model(name, timeout_s=max(timeout_s, 1.0))
+        except (PyTritonRuntimeError, OSError) as error:
+            refused.add(name)
+            LOGGER.warning(
+                "Could not unload model %r before stopping (%s): its requests in flight may be cut", name, error
+            )
+    deadline = time.monotonic() + timeout_s
+    while server_alive():
+        try:
+            busy = [name for name in _busy(api) if name not in refused]
+        except PyTritonRuntimeError as error:
+            LOGGER.debug("The drain ends: %s", error)
+            return []
+        if not busy:
+            time.sleep(ANSWER_SETTLE_S)  # the last answers leave Triton's HTTP and gRPC threads
+            return []
+        if time.monotonic() >= deadline:
+            LOGGER.warning(
+                "Model(s) %s still had requests in flight after %g s (exit_timeout_secs): stopping anyway; "
+                "those requests get no answer",
+                ", ".join(map(repr, busy)),
+                timeout_s,
+            )
+            return busy
+        time.sleep(_POLL_S)
+    return busy
+
+
+def _busy(api: ServerApi) -> list[str]:
+    """The models that are loaded, loading or still unloading (their requests in flight)."""
+    return sorted(name for name, state in api.model_states().items() if state != _UNLOADED)
