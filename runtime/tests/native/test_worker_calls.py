@@ -441,3 +441,31 @@ def test_a_traced_call_has_a_span_under_the_requests_and_passes_its_context_on(h
     assert call_span.attributes["triton.model_name"] == "callee"
     _, sent_trace, sent_span, _ = json.loads(call.request.trace_context)["traceparent"].split("-")
     assert (sent_trace, sent_span) == (trace_id, format(call_span.context.span_id, "016x"))
+
+
+def test_async_decoupled_calls_iterate_and_infer_stream_cancels_when_closed_early(harness):
+    got = []
+
+    async def infer(requests):
+        x = requests[0]["x"]
+        responses = await bls.InferenceRequest("stream", [], [bls.Tensor("x", x)]).async_exec(decoupled=True)
+        async for response in responses:
+            got.append(len(response.output_tensors()))
+        for outputs in bls.infer_stream("stream", x=x):
+            got.append(outputs["y"].tolist())
+            break  # closing the stream early cancels the call
+        return [{"y": x}]
+
+    h = harness(infer)
+    h.send([[1.0]])
+    _, first, _ = read(h, wire.KIND_INFER)
+    respond(h, first.call_id, {"y": [[1.0]]}, final=False)
+    respond(h, first.call_id, {"y": [[2.0]]})
+    _, second, _ = read(h, wire.KIND_INFER)
+    assert second.call_flags == wire.CALL_DECOUPLED
+    respond(h, second.call_id, {"y": [[5.0]]}, final=False)
+    _, cancelled, _ = read(h, wire.KIND_INFER_CANCEL)
+    assert cancelled == second.call_id
+    respond(h, second.call_id, None)
+    assert h.reply()[0].flags & wire.FLAG_FINAL
+    assert got == [1, 1, [[5.0]]]
