@@ -162,10 +162,11 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
 
-bench: install-server pytriton  ## proxy overhead and a CPU-bound model: plain Python backend vs tritonrt (threads, processes) vs PyTriton
+bench: install-server pytriton  ## proxy overhead, a CPU-bound model, a BLS pipeline: plain Python backend vs tritonrt (threads, processes) vs PyTriton
 	bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/cpu_bound.py
+	$(PY) bench/pipeline.py
 
 # The GPU check's carry folder: what a GPU machine without network needs (make gpu-pack writes it, < 60 MiB).
 GPU_CARRY ?= build/gpu-carry

@@ -1,4 +1,5 @@
-"""A closed-loop gRPC load for the identity model: N concurrent streams of ModelInfer for D seconds.
+"""A closed-loop gRPC load for the identity model (or --model, with the same INPUT): N concurrent streams of
+ModelInfer for D seconds.
 
 Prints JSON: {"rps": ..., "p50": ms, "p99": ms}.
 """
@@ -12,23 +13,24 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
 
-async def worker(client, inputs, deadline, latencies):
+async def worker(client, model, inputs, deadline, latencies):
     while time.perf_counter() < deadline:
         start = time.perf_counter()
-        await client.infer("identity", inputs)
+        await client.infer(model, inputs)
         latencies.append(time.perf_counter() - start)
 
 
 async def main(args):
     client = grpcclient.InferenceServerClient(args.url)
+    model = args.model
     data = np.random.default_rng(0).random((1, args.elements), dtype=np.float32)
     inputs = [grpcclient.InferInput("INPUT", list(data.shape), "FP32")]
     inputs[0].set_data_from_numpy(data)
-    await client.infer("identity", inputs)
+    await client.infer(model, inputs)
     latencies: list[float] = []
     start = time.perf_counter()
     deadline = start + args.duration
-    await asyncio.gather(*(worker(client, inputs, deadline, latencies) for _ in range(args.concurrency)))
+    await asyncio.gather(*(worker(client, model, inputs, deadline, latencies) for _ in range(args.concurrency)))
     elapsed = time.perf_counter() - start
     await client.close()
     latencies.sort()
@@ -42,4 +44,5 @@ if __name__ == "__main__":
     parser.add_argument("--elements", type=int, required=True)
     parser.add_argument("--concurrency", type=int, required=True)
     parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--model", default="identity")
     asyncio.run(main(parser.parse_args()))

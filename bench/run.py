@@ -165,10 +165,10 @@ def run_wrk(port: int, script: pathlib.Path, connections: int, duration: float, 
     return {"rps": rps, "p50": p50, "p99": p99}
 
 
-def run_grpc(port: int, elements: int, connections: int, duration: float) -> dict:
+def run_grpc(port: int, elements: int, connections: int, duration: float, model: str = "identity") -> dict:
     out = subprocess.run(
         [sys.executable, str(HERE / "grpc_load.py"), "--url", f"127.0.0.1:{port}", "--elements", str(elements),
-         "--concurrency", str(connections), "--duration", str(duration)],
+         "--concurrency", str(connections), "--duration", str(duration), "--model", model],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return json.loads(out)
@@ -195,8 +195,9 @@ def plain_repository(
     server_dir: pathlib.Path, source: pathlib.Path = HERE / "plain", model: str = "identity"
 ) -> pathlib.Path:
     """bench/plain copied into a temporary model repository (removed at exit), with the Python backend stub built
-    for this interpreter in identity/: Triton's Python backend runs a stub found in the model's folder in place of
-    its own, which is the stub of whichever Python installed the shared server cache."""
+    for this interpreter in identity/ (``model``) and in every other model folder of ``source``: Triton's Python
+    backend runs a stub found in the model's folder in place of its own, which is the stub of whichever Python
+    installed the shared server cache."""
     from tritonrt.server.install import python_stub
 
     stub = python_stub(server_dir)
@@ -209,7 +210,8 @@ def plain_repository(
     repository = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-bench-plain-"))
     atexit.register(shutil.rmtree, repository, ignore_errors=True)
     shutil.copytree(source, repository, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(stub, repository / model / stub.name)
+    for folder in {repository / model, *(config.parent for config in repository.glob("*/config.pbtxt"))}:
+        shutil.copy2(stub, folder / stub.name)
     return repository
 
 
