@@ -113,13 +113,24 @@ def tritonserver_of(server: RunningServer) -> psutil.Process:
 def test_a_restarted_tritonserver_serves_the_triton_model_again(server_dir, free_triton_config, tmp_path, recoveries):
     models_dir = write_add_one(tmp_path / "models")
     recovery = RecoveryPolicy(backoff_s=0.1, max_backoff_s=0.2)
-    with serving(Triton(config=free_triton_config(), models_dir=models_dir, recovery=recovery)) as running:
+    triton = Triton(config=free_triton_config(), models_dir=models_dir, recovery=recovery)
+    with serving(triton) as running:
         first = tritonserver_of(running)
+        regions = python_backend_regions(first)
+        assert regions and all(region.exists() for region in regions)
         os.kill(first.pid, signal.SIGKILL)
         recoveries.wait_recovered()
         assert tritonserver_of(running).pid != first.pid
         for protocol in ("http", "grpc"):
             assert_both_serve(running, protocol)
+        # The killed server's Python backend regions are removed (its own clean-up never ran).
+        assert [region for region in regions if region.exists()] == []
+    assert list(pathlib.Path("/dev/shm").glob(f"tritonrt-{triton._regions_token}-*")) == []  # none of this Triton's
+
+
+def python_backend_regions(server: psutil.Process) -> list[pathlib.Path]:
+    """The files in /dev/shm that tritonserver maps: its Python backend's regions."""
+    return sorted({pathlib.Path(m.path) for m in server.memory_maps() if m.path.startswith("/dev/shm/")})
 
 
 def test_the_triton_models_in_pytritons_model_repository_serve_and_stay(

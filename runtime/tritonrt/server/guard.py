@@ -2,18 +2,22 @@
 
 ``python -m tritonrt.server.guard`` reads what to run from its standard input, one JSON object (see
 :func:`guard_spec`), so that neither the server's command line nor the access token in it shows in the
-guard's arguments: ``{"command": [...], "hidden": {"<i>": "<argument i>"}, "cleanup": [DIR]}``.
+guard's arguments: ``{"command": [...], "hidden": {"<i>": "<argument i>"}, "cleanup": [PATH]}``.
 
 It starts tritonserver as its child with the ``hidden`` arguments kept off the server's command line too
 (:mod:`tritonrt.server.hidden_args`; where the system does not allow that, it says so on its output and
 passes them as plain arguments), becomes the subreaper of whatever the server starts, forwards SIGINT/SIGTERM,
 and when tritonserver exits or the owning process dies (even by SIGKILL) it kills what is left, removes
-``DIR``, then exits with the server's exit code. (tritonrt's shared memory is memfds: nothing to remove.)
+each ``PATH`` (a folder, or the files a pattern with ``*`` matches), then exits with the server's exit code.
+(tritonrt's shared memory is memfds: nothing to remove; the pattern is for Triton's Python backend, whose
+regions in /dev/shm a server that died leaves behind.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import glob
 import json
 import os
 import pathlib
@@ -76,9 +80,19 @@ def _kill_descendants() -> None:
                 pass
 
 
+def _remove(path: str) -> None:
+    """Remove a folder, or every file that a pattern with ``*`` matches; what is not there is no error."""
+    if "*" not in path:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for found in glob.glob(path):
+        with contextlib.suppress(OSError):
+            os.unlink(found)
+
+
 def guard_spec(command: Sequence[str], hidden: Mapping[int, str], cleanup: Sequence[pathlib.Path]) -> bytes:
     """What the owner writes to the guard's standard input: the command (``hidden`` arguments in it are
-    replaced before it runs) and the folders to remove."""
+    replaced before it runs) and what to remove (folders, and patterns of files)."""
     spec = {
         "command": list(command),
         "hidden": {str(index): argument for index, argument in hidden.items()},
@@ -126,7 +140,7 @@ def main() -> int:
     code = server.wait()
     _kill_descendants()
     for path in spec.get("cleanup", []):
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
     return code if code >= 0 else 128 - code
 
 
