@@ -11,7 +11,6 @@ import pytest
 
 from loadtests.errors import LoadTestSetupError
 from loadtests.tune.measure import PLATEAU_GAIN, Measurement, Slo, Step, climb
-from loadtests.tune.objectives import DELAY_FACTOR, HEADROOM, derive_queue_target
 from loadtests.tune.project_files import diff, read_env_file, read_tuning, with_env_value
 from loadtests.tune.report import TuneOutcome, render_table, write_reports
 from loadtests.tune.search import better, coordinate_search
@@ -249,34 +248,6 @@ def test_the_winner_must_beat_the_baseline_by_the_margin() -> None:
     assert choose_winner([baseline, Measurement(other, _steps((4, 104.0, 50.0)), SLO)], START) == START
     assert choose_winner([baseline, Measurement(other, _steps((4, 130.0, 50.0)), SLO)], START) == other
     assert choose_winner([baseline, Measurement(other, (), SLO, error="exited")], START) == START
-
-
-def test_the_queue_target_is_headroom_times_the_queue_time_at_the_sustained_load() -> None:
-    winner = Measurement(START, _steps((4, 200.0, 20.0), (8, 380.0, 60.0), (16, 390.0, 180.0)), SLO)
-    derived = derive_queue_target(winner)
-    assert derived.queue_target_ms == round(HEADROOM * 30.0, 1)
-    assert "380.0 req/s (8 users)" in derived.reasoning[0] and "30.00 ms" in derived.reasoning[0]
-    assert any("LOADTEST_P95_MS stays 100" in line for line in derived.reasoning)
-    assert not any("cautious" in line for line in derived.reasoning)  # p95 60 ms: near the objective
-    saturated = Measurement(START, _steps((4, 200.0, 20.0), (8, 201.0, 30.0)), SLO)
-    assert any("cautious" in line for line in derive_queue_target(saturated).reasoning)
-
-
-def test_no_queue_target_without_a_passing_step_or_metrics() -> None:
-    assert derive_queue_target(Measurement(START, _steps((1, 10.0, 500.0)), SLO)).queue_target_ms is None
-    blind = Measurement(START, (Step(1, 50, 10.0, 5.0, 0.0, None),), SLO)
-    derived = derive_queue_target(blind)
-    assert derived.queue_target_ms is None and "could not be read" in derived.reasoning[-1]
-    tiny = Measurement(START.replace("max_queue_delay_us", 0), (Step(1, 50, 10.0, 5.0, 0.0, 0.01),), SLO)
-    assert derive_queue_target(tiny).queue_target_ms == 0.1
-
-
-def test_the_queue_target_stays_above_the_batchers_own_wait() -> None:
-    waiting = Measurement(START.replace("max_queue_delay_us", 5000), _steps((8, 380.0, 12.0)), SLO)  # queue 6 ms
-    derived = derive_queue_target(waiting)
-    assert derived.queue_target_ms == DELAY_FACTOR * 5.0
-    assert any("batcher's own wait (5 ms)" in line for line in derived.reasoning)
-    assert not any("cautious" in line for line in derived.reasoning)  # raised: it reacts late, not early
 
 
 def test_queue_counters_come_from_the_models_metrics() -> None:

@@ -20,6 +20,11 @@ import psutil
 import pytest
 
 from loadtests.tests.conftest import REPO_ROOT
+from loadtests.tune.load_step import StepOptions
+from loadtests.tune.measure import Measurement, Slo, Step
+from loadtests.tune.service_process import Service
+from loadtests.tune.space import Candidate, Space
+from loadtests.tune.tuner import TuneOptions, _Run
 
 LOCUSTFILE = """
 from loadtests.http_user import KServeHttpUser
@@ -105,7 +110,7 @@ def test_tuning_picks_batching_and_applies_it(tmp_path: Path) -> None:
     assert '+  "max_batch_size": 8,' in result.stdout and "wrote" in result.stdout
     slo = (project / "slo.env").read_text()
     assert "LOADTEST_P95_MS=1000\n" in slo and "QUEUE_TARGET_MS=20\n" not in slo
-    assert "QUEUE_TARGET_MS = 0.8 x" in result.stdout
+    assert "QUEUE_TARGET_MS = " in result.stdout and "the queue time of one pod at its capacity" in result.stdout
     assert (project / "reports" / "tune.png").read_bytes().startswith(b"\x89PNG")
     assert "[2]" in result.stderr and "req/s within the SLO" in result.stderr  # a progress line per candidate
     assert _wait_gone(marker) == []
@@ -134,6 +139,40 @@ def test_a_gil_bound_callable_is_tuned_to_worker_processes(tmp_path: Path) -> No
     baseline = report["measurements"][0]  # the current settings, measured first
     assert (report["baseline"]["instances"], report["baseline"]["workers"]) == (1, "thread")
     assert scores["bs1 q0us 2i process"] > 1.25 * baseline["score_rps"], scores
+    assert _wait_gone(marker) == []
+
+
+def test_the_winner_is_measured_at_the_lighter_loads_its_climb_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate's climb starts where earlier ones peaked; before the queue target is derived, the winner is
+    served again at the loads it skipped (their queue time may be the highest within the SLO)."""
+    project = _project(tmp_path)
+    marker = uuid.uuid4().hex
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setenv(MARKER, marker)
+    for variable in [name for name in os.environ if name.startswith("LOADTEST_")]:
+        monkeypatch.delenv(variable)
+    options = TuneOptions(
+        service=Service.of("loadtests.tests.tune_service", "tuned"),
+        space=Space(),
+        slo=Slo(p95_ms=1000.0),
+        step=StepOptions(locustfile=project / "locustfile.py", duration_s=2.0),
+        budget_s=0.0,  # spent: the lighter loads are measured all the same
+        tuning_file=project / "tuning.json",
+        slo_env=project / "slo.env",
+        reports=project / "reports",
+        start_users=1,
+    )
+    run = _Run(options)
+    winner = Measurement(Candidate(8, 0, False, 1, "thread"), (Step(4, 400, 80.0, 50.0, 0.0, 1.0),), options.slo)
+    run.measurements.append(winner)
+
+    measured = run.measure_lighter(winner)
+
+    assert [step.users for step in measured.steps] == [1, 2, 4]
+    assert all(step.requests > 0 and step.queue_ms is not None for step in measured.steps[:2]), measured.steps
+    assert run.measurements == [measured]
     assert _wait_gone(marker) == []
 
 

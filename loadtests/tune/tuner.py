@@ -17,7 +17,7 @@ from typing import Any
 from loadtests.errors import LoadTestSetupError
 from loadtests.tune.load_step import StepOptions, run_load_step
 from loadtests.tune.measure import Measurement, Slo, Step, climb
-from loadtests.tune.objectives import derive_queue_target
+from loadtests.tune.objectives import derive_queue_target, lighter_loads_unmeasured
 from loadtests.tune.project_files import diff, read_tuning, render_tuning, with_env_value
 from loadtests.tune.report import TuneOutcome
 from loadtests.tune.search import better, coordinate_search
@@ -191,8 +191,33 @@ class _Run:
             )
         return served
 
-    def _step(self, server: ServiceProcess, index: int, users: int) -> Step:
-        if self.left_s() <= 0:
+    def measure_lighter(self, winner: Measurement) -> Measurement:
+        """The winner with the lighter loads its climb skipped measured too (it started where earlier candidates
+        peaked): the queue target must stay above their queue time. A few steps, taken past the budget if need
+        be; the winner as it was when they cannot run."""
+        missing = lighter_loads_unmeasured(winner, self.options.start_users)
+        if not missing:
+            return winner
+        index = self.measurements.index(winner) + 1
+        label = winner.candidate.label
+        _say(f"[{index}] {label}: the lighter loads its climb skipped ({', '.join(map(str, missing))} users), for "
+             "the queue target")  # fmt: skip
+        steps: list[Step] = []
+        try:
+            with ServiceProcess(
+                self.options.service, winner.candidate, self.workdir / "services", winner.candidate.workers
+            ) as server:
+                server.wait_ready(self.options.ready_timeout_s)
+                for users in missing:
+                    steps.append(self._step(server, index, users, budgeted=False))
+        except (ServiceFailed, LoadTestSetupError) as failure:
+            _say(f"[{index}] {label}: the lighter loads could not be measured: {failure}")
+        merged = dataclasses.replace(winner, steps=tuple(sorted((*steps, *winner.steps), key=lambda s: s.users)))
+        self.measurements[index - 1] = merged
+        return merged
+
+    def _step(self, server: ServiceProcess, index: int, users: int, *, budgeted: bool = True) -> Step:
+        if budgeted and self.left_s() <= 0:
             raise BudgetSpent("the budget ran out during a candidate")
         before = server.queue_counters()
         reports = self.workdir / "steps" / f"{index}-{users}u"
@@ -215,6 +240,7 @@ def run_tuning(options: TuneOptions) -> TuneResult:
     run = _Run(options)
     notes: list[str] = []
     baseline: Candidate | None = None
+    interrupted = False
     try:
         baseline = run.measure(None, str(current.get("workers", "thread"))).candidate
         first = run.measurements[0]
@@ -228,9 +254,10 @@ def run_tuning(options: TuneOptions) -> TuneResult:
         notes.append(f"the budget ({options.budget_s / 60:g} min) stopped the search: {spent}")
         _say(f"budget spent: {spent}; keeping the best so far")
     except KeyboardInterrupt:
+        interrupted = True
         notes.append("stopped with Ctrl+C: the best so far is kept")
         _say("stopped: keeping the best so far")
-    return _result(options, run, baseline, current, notes)
+    return _result(options, run, baseline, current, notes, interrupted)
 
 
 def tuned_text(current: dict[str, Any], winner: Candidate, baseline: Candidate) -> str | None:
@@ -241,7 +268,12 @@ def tuned_text(current: dict[str, Any], winner: Candidate, baseline: Candidate) 
 
 
 def _result(
-    options: TuneOptions, run: _Run, baseline: Candidate | None, current: dict[str, Any], notes: list[str]
+    options: TuneOptions,
+    run: _Run,
+    baseline: Candidate | None,
+    current: dict[str, Any],
+    notes: list[str],
+    interrupted: bool = False,
 ) -> TuneResult:
     if baseline is None and run.measurements:  # cut while the current settings were measured
         baseline = run.measurements[0].candidate
@@ -250,8 +282,13 @@ def _result(
         return TuneResult(outcome, None, None)
     winner = choose_winner(run.measurements, baseline)
     measurement = next(m for m in run.measurements if m.candidate == winner)
+    if not interrupted:
+        try:
+            measurement = run.measure_lighter(measurement)
+        except KeyboardInterrupt:
+            notes.append("stopped with Ctrl+C while the winner's lighter loads were measured")
     tuning_text = tuned_text(current, winner, baseline)
-    derived = derive_queue_target(measurement)
+    derived = derive_queue_target(measurement, options.start_users)
     slo_text = None
     if derived.queue_target_ms is not None and options.slo_env.is_file():
         old = options.slo_env.read_text(encoding="utf-8")
