@@ -11,8 +11,8 @@ use crate::dtype::{check_bytes_serialization, element_count, DataType};
 use crate::error::Error;
 use crate::sys::Mapping;
 use crate::wire::{
-    decode_body, Body, Response, Tensor, ERROR_INTERNAL, FLAG_FINAL, FLAG_RETAINED, KIND_BATCH_ERROR, KIND_METRICS,
-    KIND_REPLY, LOCATION_INLINE, LOCATION_RECEIVER_REGION, LOCATION_SENDER_REGION,
+    decode_body, Body, Response, Tensor, ERROR_INTERNAL, FLAG_FINAL, FLAG_RERUN, FLAG_RETAINED, KIND_BATCH_ERROR,
+    KIND_METRICS, KIND_REPLY, LOCATION_INLINE, LOCATION_RECEIVER_REGION, LOCATION_SENDER_REGION,
 };
 
 /// How often a wait for the worker's answer checks whether clients cancelled.
@@ -21,9 +21,12 @@ const CANCEL_CHECK_MS: i32 = 50;
 impl Executor {
     /// Read the worker's answer to the batch just sent, answering requests as responses arrive, and tell the
     /// worker about clients that cancel (checked every CANCEL_CHECK_MS, whether or not replies keep coming).
-    pub(super) fn await_answer<B: Batch>(&mut self, batch: &mut B, live: &mut [Live]) -> Result<(), Broken> {
+    /// `Some(crash)`: the worker process died holding the batch, and its owner allows a rerun (`FLAG_RERUN`): the
+    /// requests not done are left unanswered, for the caller.
+    pub(super) fn await_answer<B: Batch>(&mut self, batch: &mut B, live: &mut [Live]) -> Result<Option<Error>, Broken> {
         let seq = self.seq;
         let decoupled = self.target.decoupled;
+        let rerunnable = !decoupled && !self.target.sequence;
         let channel = self.channel.as_mut().expect("connected");
         let calls = &mut self.calls;
         let own_top = &mut self.own_top;
@@ -58,6 +61,11 @@ impl Executor {
                 if header.seq != seq || (header.kind != KIND_REPLY && header.kind != KIND_BATCH_ERROR) {
                     return Err(Broken::OutOfStep { batch: seq, kind: header.kind, seq: header.seq });
                 }
+                if header.kind == KIND_BATCH_ERROR && header.has(FLAG_RERUN) && rerunnable {
+                    if let Ok(Body::BatchError { code, message }) = decode_body(&header, incoming.meta) {
+                        return Ok(Some(Error::new(code, message)));
+                    }
+                }
                 let last = header.kind == KIND_BATCH_ERROR || header.has(FLAG_FINAL);
                 if header.kind == KIND_REPLY && !decoupled && !last {
                     return Err(Broken::PartialReply);
@@ -69,7 +77,7 @@ impl Executor {
                     if header.has(FLAG_RETAINED) {
                         channel.retire_own_region();
                     }
-                    return Ok(());
+                    return Ok(None);
                 }
                 if header.region_id != 0 {
                     channel.send_control(seq, &Body::Ack(replies))?;

@@ -4,6 +4,7 @@
 
 mod answer;
 mod calls;
+mod rerun;
 mod send;
 
 pub use calls::{CallEvent, CallHandle, CallOutput, CallResponse, Calls, Events};
@@ -56,6 +57,10 @@ pub trait MetricSink: Send {
     fn reconnected(&self) {}
     /// `count` requests' cancellations were passed to the worker.
     fn cancelled(&self, _count: usize) {}
+    /// `count` requests of a batch whose worker process died are run again, each alone.
+    fn rerun_after_crash(&self, _count: usize) {}
+    /// A request run again after a crash crashed its worker again: it failed alone.
+    fn failed_as_guilty(&self) {}
 }
 
 /// A sink that drops everything (the executor's tests, and until the backend sets one).
@@ -76,6 +81,8 @@ pub struct Executor {
     calls: Option<calls::CallState>,
     /// Where the space of our region that the current batch has not used yet starts.
     own_top: u64,
+    /// The batch being sent runs one request again after its worker died (`FLAG_RERUN` on its BATCH).
+    rerunning: bool,
 }
 
 /// A request of the batch that reached the worker: its index in the batch, and whether it has its final
@@ -98,6 +105,7 @@ impl Executor {
             connections: 0,
             calls: None,
             own_top: 0,
+            rerunning: false,
         }
     }
 
@@ -152,20 +160,36 @@ impl Executor {
     }
 
     /// Answer every request of `batch`. Never fails as a whole: each request gets its response or its error.
+    ///
+    /// When the worker process dies holding the batch and its owner allows a rerun (`FLAG_RERUN` on its
+    /// `BATCH_ERROR`), each request still unanswered runs again alone on the next connection (`rerun.rs`).
     pub fn execute<B: Batch>(&mut self, batch: &mut B) -> Timing {
+        let mut live = Vec::with_capacity(batch.len());
+        let (mut timing, crash) = self.run(batch, None, &mut live);
+        if let Some(crash) = crash {
+            let end = self.rerun(batch, &mut live, &crash);
+            timing.compute_end_ns = timing.compute_end_ns.max(end);
+        }
+        timing
+    }
+
+    /// Send the batch (or only its request `only`) and answer its requests. Returns the timing and, when the
+    /// worker died holding it with a rerun allowed, the owner's error: the requests of `live` not `done` are then
+    /// left unanswered for the caller.
+    fn run<B: Batch>(&mut self, batch: &mut B, only: Option<usize>, live: &mut Vec<Live>) -> (Timing, Option<Error>) {
         let mut timing = Timing { batch_size: 0, ..Timing::default() };
         if let Some(calls) = self.calls.as_mut() {
             calls.drop_stale();
         }
-        let mut live = Vec::with_capacity(batch.len());
         let mut failed = Vec::new();
         // No check of the connection before sending (a system call per batch): a worker that went away since the
         // last batch refuses the send before any byte goes, and the batch is sent again on a new connection.
-        let mut sent = self.connect_and_send(batch, &mut live, &mut failed, &mut timing);
+        let mut sent = self.connect_and_send(batch, only, live, &mut failed, &mut timing);
         if let Err(SendError::Channel(SendFailed::Unsent(_))) = sent {
             self.channel = None;
-            (live, failed, timing) = (Vec::with_capacity(batch.len()), Vec::new(), Timing::default());
-            sent = self.connect_and_send(batch, &mut live, &mut failed, &mut timing);
+            (failed, timing) = (Vec::new(), Timing::default());
+            live.clear();
+            sent = self.connect_and_send(batch, only, live, &mut failed, &mut timing);
         }
         for (index, failure) in failed {
             batch.fail(index, &failure);
@@ -175,37 +199,51 @@ impl Executor {
             Err(SendError::Unavailable(error)) => {
                 // No request was read or failed yet: every one fails.
                 let failure = Error::unavailable(format!("tritonrt: {error}"));
-                (0..batch.len()).for_each(|index| batch.fail(index, &failure));
-                return timing;
+                match only {
+                    Some(index) => batch.fail(index, &failure),
+                    None => (0..batch.len()).for_each(|index| batch.fail(index, &failure)),
+                }
+                return (timing, None);
             }
             Err(SendError::Requests(failure)) => {
                 live.iter().for_each(|request| batch.fail(request.index, &failure));
-                return timing;
+                return (timing, None);
             }
             Err(SendError::Channel(failed)) => {
                 self.channel = None;
                 let failure = self.lost(&failed.into_broken());
                 live.iter().for_each(|request| batch.fail(request.index, &failure));
-                return timing;
+                return (timing, None);
             }
         }
         if live.is_empty() {
-            return timing;
+            return (timing, None);
         }
         timing.compute_start_ns = sys::monotonic_ns();
-        if let Err(broken) = self.await_answer(batch, &mut live) {
-            self.channel = None;
-            let failure = self.lost(&broken);
-            for request in live.iter_mut().filter(|request| !request.done) {
-                batch.fail(request.index, &failure);
-                request.done = true;
+        let mut crash = None;
+        match self.await_answer(batch, live) {
+            Ok(None) => {}
+            Ok(Some(error)) => {
+                self.channel = None; // its owner closes it: the next batch goes to the replacement
+                crash = Some(error);
+            }
+            Err(broken) => {
+                self.channel = None;
+                let failure = self.lost(&broken);
+                for request in live.iter_mut().filter(|request| !request.done) {
+                    batch.fail(request.index, &failure);
+                    request.done = true;
+                }
             }
         }
         if let Some(calls) = self.calls.as_mut() {
-            calls.cancel_all(true); // the batch is answered: what its callable still waits for is dropped
+            calls.cancel_all(true); // the batch is answered (or its worker died): what its callable waits for is dropped
         }
         timing.compute_end_ns = sys::monotonic_ns();
         self.metrics.batch_done(timing.compute_end_ns.saturating_sub(timing.compute_start_ns));
+        if crash.is_some() {
+            return (timing, crash);
+        }
         for request in live.iter().filter(|request| !request.done) {
             // The answer ended without a final response for this request.
             if self.target.decoupled {
@@ -215,18 +253,19 @@ impl Executor {
                 batch.fail(request.index, &Error::internal(message));
             }
         }
-        timing
+        (timing, None)
     }
 
     fn connect_and_send<B: Batch>(
         &mut self,
         batch: &mut B,
+        only: Option<usize>,
         live: &mut Vec<Live>,
         failed: &mut Vec<(usize, Error)>,
         timing: &mut Timing,
     ) -> Result<(), SendError> {
         self.connect().map_err(SendError::Unavailable)?;
-        self.send_batch(batch, live, failed, timing)
+        self.send_batch(batch, only, live, failed, timing)
     }
 
     fn lost(&self, broken: &Broken) -> Error {

@@ -8,16 +8,18 @@ use crate::channel::{ConnectError, SendFailed};
 use crate::dtype::{check_byte_length, check_bytes_serialization, element_count, DataType};
 use crate::error::Error;
 use crate::wire::{
-    self, align, encode_head, Body, Header, Tensor, ERROR_CANCELLED, ERROR_INVALID_ARG, FLAG_NEW_REGION,
+    self, align, encode_head, Body, Header, Tensor, ERROR_CANCELLED, ERROR_INVALID_ARG, FLAG_NEW_REGION, FLAG_RERUN,
     LOCATION_INLINE, LOCATION_SENDER_REGION, MAX_DATA_BYTES,
 };
 
 impl Executor {
-    /// Read and check the requests, fail those that cannot be sent, and send the others as one BATCH.
-    /// Requests that cannot be sent go to `failed` (the caller fails them), the others to `live`.
+    /// Read and check the requests (only request `only`, when given), fail those that cannot be sent, and send
+    /// the others as one BATCH. Requests that cannot be sent go to `failed` (the caller fails them), the others
+    /// to `live`.
     pub(super) fn send_batch<B: Batch>(
         &mut self,
         batch: &mut B,
+        only: Option<usize>,
         live: &mut Vec<Live>,
         failed: &mut Vec<(usize, Error)>,
         timing: &mut Timing,
@@ -25,7 +27,7 @@ impl Executor {
         let channel = self.channel.as_mut().expect("connected");
         let threshold = channel.settings.inline_threshold.max(1);
         let mut views = Vec::with_capacity(batch.len());
-        for index in 0..batch.len() {
+        for index in (0..batch.len()).filter(|&index| only.is_none_or(|only| only == index)) {
             if batch.is_cancelled(index) {
                 failed.push((index, Error::new(ERROR_CANCELLED, "tritonrt: the request was cancelled")));
                 continue;
@@ -120,7 +122,7 @@ impl Executor {
         self.seq += 1;
         let header = Header {
             seq: self.seq,
-            flags: if announce { FLAG_NEW_REGION } else { 0 },
+            flags: if announce { FLAG_NEW_REGION } else { 0 } | if self.rerunning { FLAG_RERUN } else { 0 },
             region_id,
             region_size: if announce { channel.own_region(0).map(|(region, _)| region.size()).unwrap_or(0) } else { 0 },
             ..Header::default()

@@ -226,6 +226,8 @@ pub struct InstanceMetrics {
     busy: Option<MetricHandle>,
     reconnects: Option<MetricHandle>,
     cancelled: Option<MetricHandle>,
+    crash_reruns: Option<MetricHandle>,
+    guilty: Option<MetricHandle>,
 }
 
 impl InstanceMetrics {
@@ -246,6 +248,16 @@ impl InstanceMetrics {
             cancelled: own_counter(
                 "tritonrt_requests_cancelled_total",
                 "Requests whose clients cancelled while their callable ran (the cancellation was passed to it)",
+                &labels,
+            ),
+            crash_reruns: own_counter(
+                "tritonrt_crash_reruns_total",
+                "Requests run again, each alone, after the worker process died during their batch",
+                &labels,
+            ),
+            guilty: own_counter(
+                "tritonrt_crash_guilty_requests_total",
+                "Requests that crashed the worker process again when run alone: they failed, and only they",
                 &labels,
             ),
         }
@@ -269,6 +281,16 @@ impl MetricSink for InstanceMetrics {
     fn cancelled(&self, count: usize) {
         if let Some(cancelled) = self.cancelled {
             let _ = cancelled.increment(count as f64);
+        }
+    }
+    fn rerun_after_crash(&self, count: usize) {
+        if let Some(crash_reruns) = self.crash_reruns {
+            let _ = crash_reruns.increment(count as f64);
+        }
+    }
+    fn failed_as_guilty(&self) {
+        if let Some(guilty) = self.guilty {
+            let _ = guilty.increment(1.0);
         }
     }
 }
