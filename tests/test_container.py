@@ -1,9 +1,10 @@
 """The generated service's image, built and run for real: bake, stand-in base, wheelhouse, container tests.
 
 Bakes the default project, builds (or reuses) the offline stand-in for the NGC base image
-(``docker/build_stand_in_base.py``), fills the project's ``wheels/`` with ``make wheels`` and runs the
-project's own ``tests/test_container.py`` and ``tests/test_k8s_kubelet.py`` (the image under the
-Kubernetes Deployment's settings; with kubectl) against an image built on the stand-in with no network.
+(``docker/build_stand_in_base.py``), pins one package of the lock below the index's newest (the image must
+install the lock), fills the project's ``wheels/`` with ``make wheels`` and runs the project's own
+``tests/test_container.py`` and ``tests/test_k8s_kubelet.py`` (the image under the Kubernetes Deployment's
+settings; with kubectl) against an image built on the stand-in with no network.
 ``STAND_IN_SUITES`` picks the stand-ins, comma-separated: ``bookworm`` (Python 3.11), ``trixie`` (Python 3.13,
 numpy 2), or both, the default: the two ends of NGC's range. The stand-ins have no Python backend and no shared
 libpython: the generated image serves its model through tritonrt's own backend alone. The
@@ -35,6 +36,8 @@ from conftest import bake
 
 TEMPLATE = pathlib.Path(__file__).resolve().parents[1]
 STAND_IN_SCRIPT = TEMPLATE / "docker" / "build_stand_in_base.py"
+# An idna older than the lock's (pure Python, which every dependent of the image accepts).
+OLDER_IDNA = "3.10"
 STAND_IN_SUITES = [
     suite.strip() for suite in os.environ.get("STAND_IN_SUITES", "bookworm,trixie").split(",") if suite.strip()
 ]
@@ -151,6 +154,8 @@ def test_generated_container_tests_skip_with_the_way_out_when_the_base_cannot_be
     assert reasons and all("registry.invalid/tritonserver:25.10-py3 is not here and cannot be pulled" in line
                            and "docker/build_stand_in_base.py" in line and "BASE_IMAGE=<that tag>" in line
                            for line in reasons), reasons  # fmt: skip
+    # Nothing was pulled: no line promises a download of several GB before the skip.
+    assert "pulling registry.invalid" not in result.stdout, result.stdout[-4000:]
 
 
 @pytest.mark.bake
@@ -162,6 +167,12 @@ def test_generated_container_tests_pass_on_the_stand_in_base(
     if not docker_answers():
         pytest.skip("no Docker engine answers (`docker info` failed): start Docker to run the container tests")
     project = bake(tmp_path)
+    # A lock older than the package index, as every lock becomes: the image must still install the lock's version
+    # (the generated test_the_image_installs_the_locked_versions compares them), not the newest in wheels/.
+    lock = project / "requirements.txt"
+    older, count = re.subn(r"^idna==\S+$", f"idna=={OLDER_IDNA}", lock.read_text(), flags=re.MULTILINE)
+    assert count == 1, "the lock pins idna once: pick another package the image installs"
+    lock.write_text(older)
 
     echo(pytestconfig, f"\nstand-in base image ({suite}):")
     status, output = run_echoed(pytestconfig, [sys.executable, str(STAND_IN_SCRIPT), "--suite", suite])

@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -37,6 +38,7 @@ import pytest
 import requests
 from conftest import MODEL_NAMES, assert_outputs_close, expected_outputs, skip_or_fail_under_ci
 from docker.errors import APIError, DockerException, ImageNotFound
+from packaging.utils import canonicalize_name
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 
@@ -115,18 +117,25 @@ def base_image() -> str:
 
 
 def ensure_base(engine: docker.DockerClient, config: pytest.Config, base: str) -> docker.models.images.Image:
-    """``base`` from the local engine, else pulled with its progress shown; skips when it cannot be had."""
+    """``base`` from the local engine, else pulled with its progress shown; skips when it cannot be had.
+
+    "pulling" is printed once the registry answers: a name that does not resolve, or a registry that refuses
+    the pull, skips at once with the reason, never after a promise of several GB."""
     try:
         return engine.images.get(base)
     except ImageNotFound:
-        report(config, f"pulling {base} (once; NGC images are several GB)")
+        pass
     layers: dict[str, tuple[int, int]] = {}  # layer -> (bytes downloaded, size)
     done: set[str] = set()
     shown = time.monotonic()
+    announced = False
     try:
         for event in engine.api.pull(base, stream=True, decode=True):
             if "error" in event:
                 raise APIError(event["error"], explanation=event["error"])
+            if not announced:  # the registry answered: the pull is under way
+                report(config, f"pulling {base} (once; NGC images are several GB)")
+                announced = True
             layer, status = event.get("id"), event.get("status", "")
             detail = event.get("progressDetail") or {}
             if layer and status == "Downloading" and detail.get("total"):
@@ -288,6 +297,33 @@ def test_the_runtime_is_installed_with_its_backend_library(service: Running) -> 
     assert status == 0, path
     shipped = r"/opt/venv/lib/python3\.\d+/site-packages/tritonrt/_native/libtriton_tritonrt\.so"
     assert re.fullmatch(shipped, path), path
+
+
+def test_the_image_installs_the_locked_versions(service: Running) -> None:
+    # The Dockerfile installs within requirements.txt: every package of the image's venv is the lock's, at the
+    # version the lock pins for the image's Python (the runtime and the service come from this checkout).
+    from tools.image_lock import marker_environment, pins
+
+    listing = (
+        "import importlib.metadata as m, json, platform, sysconfig; "
+        "site = sysconfig.get_paths()['purelib']; "
+        "print(json.dumps({'python': platform.python_version(), 'machine': platform.machine(), "
+        "'installed': {d.metadata['Name']: d.version for d in m.distributions(path=[site])}}))"
+    )
+    status, output = service.wrapped.exec_run(["python", "-c", listing])
+    assert status == 0, output.decode(errors="replace")
+    image = json.loads(output)
+    lock = (PROJECT_DIR / "requirements.txt").read_text()
+    locked = pins(lock, marker_environment(image["python"], image["machine"]))
+    ours = {"tritonrt", canonicalize_name("{{ cookiecutter.project }}")}
+    installed = {canonicalize_name(name): version for name, version in image["installed"].items()}
+    differ = {
+        name: f"{version} in the image, {locked.get(name, 'not in the lock')}"
+        for name, version in sorted(installed.items())
+        if name not in ours and locked.get(name) != version
+    }
+    assert differ == {}, f"the image's packages differ from requirements.txt (make image again): {differ}"
+    assert ours <= set(installed), sorted(installed)
 
 
 def test_the_image_serves_with_the_packaged_weights(service: Running) -> None:
