@@ -9,6 +9,7 @@ skips them.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import json
 import os
@@ -135,6 +136,18 @@ def test_the_runtime_and_load_tests_are_vendored(project: Path) -> None:
 def test_only_the_chosen_options_leave_files(project: Path) -> None:
     answers = json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]
     assert (project / "tests" / "test_streaming.py").exists() == (answers["streaming"] == "yes")
+
+
+def test_what_the_swap_keeps_does_not_describe_the_placeholder(project: Path) -> None:
+    # The README's swap deletes placeholder.py, its weights and tests/test_placeholder.py and rewrites the code
+    # marked YOUR MODEL. What stays must not present the placeholder as the model, nor name the files that go:
+    # model.py's docstring speaks of it only in its paragraph marked YOUR MODEL, test_model.py not at all.
+    package = json.loads((project / ".cookiecutter.json").read_text())["cookiecutter"]["package"]
+    docstring = ast.get_docstring(ast.parse((project / "src" / package / "model.py").read_text())) or ""
+    paragraphs = docstring.split("\n\n")
+    unmarked = [text for text in paragraphs if "placeholder" in text.lower() and not text.startswith("YOUR MODEL")]
+    assert unmarked == [] and any(text.startswith("YOUR MODEL") for text in paragraphs), paragraphs
+    assert "placeholder" not in (project / "tests" / "test_model.py").read_text().lower()
 
 
 def test_lint_passes(project: Path) -> None:

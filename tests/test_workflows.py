@@ -56,6 +56,23 @@ def test_workflows_and_dependabot_match_their_schemas(project: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_dependabot_watches_only_what_it_can_update(project: Path) -> None:
+    # Dependabot's docker updates read image names in FROM lines: a Dockerfile whose FROM lines all take a
+    # variable (FROM ${BASE_IMAGE}) gives it nothing to update, so an entry for it would promise updates that
+    # never come.
+    config = yaml.safe_load((project / ".github" / "dependabot.yml").read_text())
+    for update in config["updates"]:
+        if update["package-ecosystem"] == "docker":
+            dockerfile = project / update["directory"].strip("/") / "Dockerfile"
+            froms = re.findall(r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", dockerfile.read_text(),
+                               re.MULTILINE | re.IGNORECASE)  # fmt: skip
+            stages = {stage for _, stage in froms if stage}
+            named = [image for image, _ in froms if "$" not in image and image not in stages]
+            assert named, f"{dockerfile}: no FROM line names an image ({[image for image, _ in froms]})"
+    ecosystems = {update["package-ecosystem"] for update in config["updates"]}
+    assert ecosystems == {"pip", "github-actions"}, ecosystems
+
+
 def test_actions_are_pinned_by_commit_with_least_permissions(project: Path) -> None:
     for directory in workflow_dirs(project):
         for path in (directory / "workflows").glob("*.yml"):

@@ -1,8 +1,8 @@
 {%- set batching = cookiecutter.max_batch_size | int > 0 -%}
 """Unit tests of the model's contract: ``predict`` and the inference callable called directly, no server.
 
-They hold for any model that keeps the contract of ``model.py``, so they stay when you replace the
-placeholder (its own arithmetic is checked in ``test_placeholder.py``, the test to delete or rewrite).
+They hold for any model that keeps the contract of ``model.py`` (outputs of the declared dtypes and shapes,
+each sample computed on its own), whatever it computes: they stay when you swap in your model.
 """
 
 from __future__ import annotations

@@ -3,25 +3,27 @@
 {%- set pytorch = cookiecutter.framework == "pytorch" -%}
 """The model: loads its weights once and computes every output from the inputs.
 
-Replace the placeholder in ``Model.predict`` (marked ``YOUR MODEL``) with your own model and keep its
-contract: numpy arrays in, one per input, and a dict of numpy arrays out, one per output,
+Its contract, which the service, the client and the tests rely on: ``Model.predict`` takes numpy arrays, one
+per input of ``spec.py``, and returns a dict of numpy arrays, one per output,
 {%- if batching %}
 all with the batch axis first.
 {%- else %}
 all without a batch axis (batching is off).
 {%- endif %}
-{%- if pytorch %}
 
-The placeholder runs a small torch module, on CUDA when available. Without torch installed
-(``pip install -e ".[torch]"``) it runs the same computation on numpy and logs a warning.
+The weights are loaded once, in ``Model.__init__``, from the package's ``weights/`` folder (packaged into
+the wheel and the image) or from the directory ``{{ cookiecutter.package | upper }}_MODEL_DIR`` names:
+``model_file(name)`` finds them (``model_files.py``).
+
+YOUR MODEL: until you swap yours in (README, "Swapping in your model"), a placeholder serves: it sets every
+output to the mean of all input values of its sample (``placeholder.py``, ``weights/placeholder.json``), so
+the service works end to end before you start.
+{%- if pytorch %} It runs a small torch module, on CUDA when
+available; without torch installed (``pip install -e ".[torch]"``) it runs the same computation on numpy
+and logs a warning.
 {%- endif %}
-
-The weights are loaded once, in ``Model.__init__``, from the package's ``weights/`` folder (packaged
-into the wheel and the image) or from the directory ``{{ cookiecutter.package | upper }}_MODEL_DIR``
-names: ``model_file(name)`` finds them (``model_files.py``).
-
-The placeholder (``placeholder.py``, removable) sets every output to the mean of all input values of its
-sample, so the service works end to end before you start.
+Replace the code marked ``YOUR MODEL``, delete ``placeholder.py``, and replace this paragraph with what your
+model is: its name, where it was trained, its files in ``weights/``.
 
 Example::
 

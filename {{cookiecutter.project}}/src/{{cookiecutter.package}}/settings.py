@@ -35,6 +35,8 @@ Every variable is optional; its full name starts with ``{{ cookiecutter.package 
   at the first such fault.
 - ``EXIT_TIMEOUT_S`` (30): on SIGTERM/SIGINT, how long in-flight requests get to finish.
 - ``TRACE_RATE`` (1): with tracing on, Triton traces one request in ``TRACE_RATE``.
+- ``THREADS`` (1): the threads each instance's math libraries may start (OpenMP, MKL, OpenBLAS: it sets
+  ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` where they are unset; ``threads.py``).
 
 Tracing (OpenTelemetry, off by default) reads OpenTelemetry's own variables, unprefixed:
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (the OTLP/HTTP url spans go to, e.g. ``http://collector:4318/v1/traces``)
@@ -90,6 +92,7 @@ class Settings:
     trace_service_name: str = "{{ cookiecutter.package }}"
     trace_rate: int = 1
     triton_models_dir: str = "models"  # relative: to the working directory (see triton_models_dir())
+    threads: int = 1  # per instance, for OpenMP, MKL and OpenBLAS (threads.py)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -120,6 +123,7 @@ class Settings:
             trace_service_name=environ.get("OTEL_SERVICE_NAME", "").strip() or cls.trace_service_name,
             trace_rate=reader.integer("TRACE_RATE", cls.trace_rate, 1, 1_000_000),
             triton_models_dir=_triton_models_dir(environ),
+            threads=threads_of(environ),
         )
         if settings.require_token and settings.access_token is None:
             raise SettingsError(
@@ -135,6 +139,11 @@ class Settings:
             listed = ", ".join(f"{PREFIX}{name}={port}" for name, port in ports.items())
             raise SettingsError(f"{listed}: the three ports must differ; give each its own port.")
         return settings
+
+
+def threads_of(environ: Mapping[str, str]) -> int:
+    """``THREADS``: the thread budget of each instance (default 1); SettingsError when it is no count."""
+    return _Reader(environ).integer("THREADS", Settings.threads, 1, 1024)
 
 
 def _triton_models_dir(environ: Mapping[str, str]) -> str:
