@@ -25,7 +25,7 @@ in_chroot = $(if $(filter 3.14,$(1)),$(if $(call find_python,$(1)),,$(CURDIR)/.c
 # folder checks are unit tests, which run on every Python).
 NATIVE_LIBRARY := $(CURDIR)/runtime/native/target/release/libtriton_tritonrt.so
 EXTRA_PYTEST_ARGS ?= --ignore=tests/native/test_rust_suite.py --ignore=tests/integration/test_tracing.py \
-	--ignore=tests/integration/test_triton_models.py -k "not pytriton-0.7"
+	--ignore=tests/integration/test_triton_models.py --ignore=tests/integration/test_bls.py -k "not pytriton-0.7"
 # checkov, for the generated projects' k8s tests, in a venv of its own: it pins many packages.
 CHECKOV_VENV := .venv-checkov
 # PyTriton 0.7 in a venv of its own (its pins differ from ours): the compatibility suite runs its programs on it too,

@@ -71,6 +71,11 @@ pub trait Batch {
     /// True once the request's client has gone away.
     fn is_cancelled(&self, index: usize) -> bool;
 
+    /// Triton's trace of the request, as an address (0: not traced): the parent of its calls' traces.
+    fn trace(&self, _index: usize) -> usize {
+        0
+    }
+
     /// Add an output to the request's response under construction (created on first use), with a buffer
     /// of `byte_length` bytes that `fill` writes (its error, which names the output, fails the request).
     fn add_output(

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 
+from tritonrt import bls  # noqa: E402
 from tritonrt.client import DecoupledModelClient, ModelClient  # noqa: E402
 from tritonrt.model_config import ModelConfig, Tensor  # noqa: E402
 from tritonrt.proxy import telemetry  # noqa: E402
@@ -36,6 +37,7 @@ WORKER_MODES = ("thread", "process")
 COLLECT_TIMEOUT_S = 60
 WORKER_SPAN = "tritonrt_execute"
 CALLABLE_SPAN = "double"
+BLS_SPAN = "tritonrt_bls"
 
 
 class Span(NamedTuple):
@@ -153,6 +155,11 @@ def traced_double(requests):
     return responses
 
 
+def traced_pipeline(requests):
+    """Calls traced_double by BLS: the call's span, and the callee's spans under it, join the request's trace."""
+    return [{"y": bls.infer("traced_double", x=request["x"])["y"]} for request in requests]
+
+
 def traced_countdown(requests):
     """Decoupled: three responses per request, the work in a traced span."""
     starts = []
@@ -196,6 +203,13 @@ def server(start_triton, receiver, worker_tracer):
     server.triton.bind(
         "traced_double",
         traced_double,
+        [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+        [Tensor(name="y", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(max_batch_size=8),
+    )
+    server.triton.bind(
+        "traced_pipeline",
+        traced_pipeline,
         [Tensor(name="x", dtype=np.float32, shape=(-1,))],
         [Tensor(name="y", dtype=np.float32, shape=(-1,))],
         config=ModelConfig(max_batch_size=8),
@@ -276,6 +290,37 @@ def test_one_trace_runs_from_the_client_through_triton_to_the_callable(server, r
     assert by_id[worker.parent_id] in triton_spans, "the worker's span is a child of one of Triton's"
     (inner,) = [span for span in spans if span.name == CALLABLE_SPAN]
     assert inner.parent_id == worker.span_id, "request.traced_span opens a child of the worker's span"
+
+
+def test_a_call_and_its_callee_join_the_callers_trace(server, receiver, client_tracer):
+    """A BLS call is a span (tritonrt_bls) under the caller's worker span; Triton traces the callee's request as a
+    child of the caller's (as for the Python backend's calls): its model span sits under the caller's model span,
+    with the callee's worker and callable spans below it, all in the client's trace."""
+    x = np.arange(3, dtype=np.float32)
+    with ModelClient(server.http_url, "traced_pipeline") as client:
+        with client_tracer.start_as_current_span("client-bls") as client_span:
+            np.testing.assert_array_equal(client.infer_sample(x=x)["y"], x * 2)
+    trace_id = f"{client_span.get_span_context().trace_id:032x}"
+
+    def named(spans: list[Span], name: str) -> list[Span]:
+        return [span for span in spans if span.name == name]
+
+    def complete(spans: list[Span]) -> bool:
+        return bool(named(spans, BLS_SPAN) and named(spans, CALLABLE_SPAN) and named(spans, "traced_double"))
+
+    spans = receiver.wait_for(trace_id, complete)
+    by_id = {span.span_id: span for span in spans}
+    tree = "; ".join(f"{span.service}/{span.name} {span.span_id[:6]}<-{span.parent_id[:6]}" for span in spans)
+    (call,) = named(spans, BLS_SPAN)
+    assert by_id[call.parent_id].name == WORKER_SPAN, f"the call's span is a child of the caller's worker span: {tree}"
+    (callee_model,) = named(spans, "traced_double")
+    assert by_id[callee_model.parent_id].name == "traced_pipeline", f"the callee's model span: {tree}"
+    (callee_work,) = named(spans, CALLABLE_SPAN)
+    chain, span = [], callee_work
+    while span.parent_id in by_id:
+        span = by_id[span.parent_id]
+        chain.append(span.name)
+    assert chain[:3] == [WORKER_SPAN, "traced_double", "traced_pipeline"], f"the callee's work: {tree}"
 
 
 def test_without_a_tracer_set_one_is_built_from_the_trace_config(receiver):

@@ -51,7 +51,10 @@ impl Executor {
                         return Err(Broken::OutOfStep { batch: seq, kind: header.kind, seq: header.seq });
                     };
                     let body = decode_body(&header, incoming.meta).map_err(Broken::Unreadable)?;
-                    let answer = state.serve(seq, body, &IncomingParts::of(&incoming));
+                    // The calls' traces are children of the first traced request's.
+                    let parent_trace =
+                        || live.iter().map(|request| batch.trace(request.index)).find(|&trace| trace != 0).unwrap_or(0);
+                    let answer = state.serve(seq, body, &IncomingParts::of(&incoming), parent_trace);
                     drop(incoming);
                     if let Some(answer) = answer {
                         state.answer(channel, own_top, seq, answer)?;

@@ -66,13 +66,15 @@ pub trait CallHandle: Send {
 /// What serves calls: the server the backend runs in.
 pub trait Calls: Send {
     /// Start `call` of batch `seq` with its inputs' bytes (in the order of `call.request.inputs`, kept until the
-    /// server releases the request); its responses go to `events`. The error says why it could not start.
+    /// server releases the request); its responses go to `events`. A traced call is traced as a child of
+    /// `parent_trace` (the address of a request's trace; 0: none). The error says why it could not start.
     fn start(
         &self,
         seq: u64,
         call: &Call<'_>,
         inputs: Vec<Vec<u8>>,
         events: &Arc<Events>,
+        parent_trace: usize,
     ) -> Result<Box<dyn CallHandle>, Error>;
 
     /// Run a model repository operation (the files' bytes lie in `data`); for CONTROL_IS_READY, the answer.
@@ -128,7 +130,13 @@ impl CallState {
     /// Serve one INFER, INFER_CANCEL or CONTROL (decoded by the caller, still borrowing the received message):
     /// start or cancel the call, run the operation. What must be answered at once is returned, for `answer`
     /// once the message is released.
-    pub(super) fn serve(&mut self, seq: u64, body: Body<'_>, incoming: &IncomingParts<'_>) -> Option<Answer> {
+    pub(super) fn serve(
+        &mut self,
+        seq: u64,
+        body: Body<'_>,
+        incoming: &IncomingParts<'_>,
+        parent_trace: impl FnOnce() -> usize,
+    ) -> Option<Answer> {
         match body {
             Body::Infer(call) => {
                 let call_id = call.call_id;
@@ -139,7 +147,9 @@ impl CallState {
                         "tritonrt: more than {MAX_CALLS} calls of other models in flight from one batch: wait for some"
                     )))
                 } else {
-                    copy_inputs(&call, incoming).and_then(|inputs| self.calls.start(seq, &call, inputs, &self.events))
+                    let parent = if call.request.trace_context.is_empty() { 0 } else { parent_trace() };
+                    copy_inputs(&call, incoming)
+                        .and_then(|inputs| self.calls.start(seq, &call, inputs, &self.events, parent))
                 };
                 match started {
                     Ok(handle) => {

@@ -100,7 +100,8 @@ pub type AllocFn = unsafe extern "C" fn(
     *mut u32,
     *mut i64,
 ) -> *mut TritonError;
-pub type ReleaseFn = unsafe extern "C" fn(*mut ResponseAllocator, *mut c_void, *mut c_void, usize, u32, i64) -> *mut TritonError;
+pub type ReleaseFn =
+    unsafe extern "C" fn(*mut ResponseAllocator, *mut c_void, *mut c_void, usize, u32, i64) -> *mut TritonError;
 pub type StartFn = Option<unsafe extern "C" fn(*mut ResponseAllocator, *mut c_void) -> *mut TritonError>;
 pub type RequestReleaseFn = unsafe extern "C" fn(*mut InferenceRequest, u32, *mut c_void);
 pub type ResponseCompleteFn = unsafe extern "C" fn(*mut InferenceResponse, u32, *mut c_void);
@@ -284,6 +285,9 @@ api_table! {
         server_unload_model: "TRITONSERVER_ServerUnloadModel" => fn(*mut Server, *const c_char) -> *mut TritonError;
         server_unload_model_and_dependents: "TRITONSERVER_ServerUnloadModelAndDependents" => fn(*mut Server, *const c_char) -> *mut TritonError;
         parameter_bytes_new: "TRITONSERVER_ParameterBytesNew" => fn(*const c_char, *const c_void, u64) -> *mut Parameter;
+        // A call of a traced request is traced as a child of the request's trace (Triton 23.11+).
+        trace_spawn_child: "TRITONSERVER_InferenceTraceSpawnChildTrace" => fn(*mut InferenceTrace, *mut *mut InferenceTrace) -> *mut TritonError;
+        trace_delete: "TRITONSERVER_InferenceTraceDelete" => fn(*mut InferenceTrace) -> *mut TritonError;
     }
 }
 

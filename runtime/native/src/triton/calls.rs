@@ -9,8 +9,8 @@ use std::ptr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::api::{
-    api, Api, InferenceRequest, InferenceResponse, Parameter, ResponseAllocator, Server, TritonError, MEMORY_CPU,
-    PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
+    api, Api, InferenceRequest, InferenceResponse, InferenceTrace, Parameter, ResponseAllocator, Server, TritonError,
+    MEMORY_CPU, PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
 };
 use super::text;
 use crate::dtype::DataType;
@@ -286,6 +286,7 @@ impl Calls for TritonCalls {
         call: &Call<'_>,
         inputs: Vec<Vec<u8>>,
         events: &Arc<Events>,
+        parent_trace: usize,
     ) -> Result<Box<dyn CallHandle>, Error> {
         let api = api();
         let new = need(api.infer_request_new, "TRITONSERVER_InferenceRequestNew")?;
@@ -309,6 +310,7 @@ impl Calls for TritonCalls {
                 need(api.infer_request_set_release_callback, "TRITONSERVER_InferenceRequestSetReleaseCallback")?;
             let set_response =
                 need(api.infer_request_set_response_callback, "TRITONSERVER_InferenceRequestSetResponseCallback")?;
+            let trace = child_trace(api, parent_trace as *mut InferenceTrace);
             let release_userp = Arc::into_raw(shared.clone()) as *mut c_void;
             let response_userp = Arc::into_raw(shared.clone()) as *mut c_void;
             // SAFETY: a live request; the callbacks have Triton's signatures; each userp is an Arc taken back by
@@ -317,8 +319,12 @@ impl Calls for TritonCalls {
                 .and_then(|()| {
                     taken(unsafe { set_response(request, allocator, ptr::null_mut(), responded, response_userp) })
                 })
-                .and_then(|()| taken(unsafe { infer(self.server, request, ptr::null_mut()) }));
+                .and_then(|()| taken(unsafe { infer(self.server, request, trace) }));
             if result.is_err() {
+                if let (false, Some(delete)) = (trace.is_null(), api.trace_delete) {
+                    // SAFETY: our child trace, not taken by the server (the request did not start).
+                    let _ = taken(unsafe { delete(trace) });
+                }
                 // Not started: no callback will run; take both references back.
                 // SAFETY: the two Arcs made above, each taken back once.
                 unsafe {
@@ -398,6 +404,22 @@ impl Calls for TritonCalls {
             }
         }
     }
+}
+
+/// A child of `parent` (the caller's request's trace: Triton puts the callee's spans under the caller's model span,
+/// as for the Python backend's calls), or null (not traced, or the server lacks the function: the call then runs
+/// untraced).
+fn child_trace(api: &Api, parent: *mut InferenceTrace) -> *mut InferenceTrace {
+    let Some(spawn) = api.trace_spawn_child else { return ptr::null_mut() };
+    if parent.is_null() {
+        return ptr::null_mut();
+    }
+    let mut child = ptr::null_mut();
+    // SAFETY: `parent` is a live request's trace (the request outlives the call's start); out-pointer is a local.
+    if taken(unsafe { spawn(parent, &mut child) }).is_err() {
+        return ptr::null_mut();
+    }
+    child
 }
 
 /// Set the request's id, flags, correlation, timeout, parameters, inputs and requested outputs.

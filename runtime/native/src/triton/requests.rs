@@ -270,6 +270,17 @@ impl Batch for TritonBatch {
         Ok(())
     }
 
+    fn trace(&self, index: usize) -> usize {
+        let Some(request_trace) = api().request_trace else { return 0 };
+        let mut trace = ptr::null_mut();
+        // SAFETY: a live request; the trace it returns is owned by the request, which outlives the batch's calls
+        // (the executor cancels and forgets them before the batch is released).
+        match check(unsafe { request_trace(self.slots[index].request, &mut trace) }) {
+            Ok(()) => trace as usize,
+            Err(_) => 0,
+        }
+    }
+
     fn is_cancelled(&self, index: usize) -> bool {
         let api = api();
         let slot = &self.slots[index];

@@ -96,6 +96,8 @@ pub const TABLE: &[&str] = &[
     "TRITONSERVER_ServerUnloadModel",
     "TRITONSERVER_ServerUnloadModelAndDependents",
     "TRITONSERVER_ParameterBytesNew",
+    "TRITONSERVER_InferenceTraceSpawnChildTrace",
+    "TRITONSERVER_InferenceTraceDelete",
 ];
 
 /// `src/triton/entry.rs`: the `TRITONBACKEND_` entry points the library exports.
