@@ -1,5 +1,8 @@
 """Client construction, settings and lifecycle; no server needed (clients connect lazily)."""
 
+import logging
+import time
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,7 @@ from tritonrt.client import (
     ModelClient,
 )
 from tritonrt.client._core import ClientSettings
+from tritonrt.client._transport import ServerUnreachableError
 from tritonrt.client.exceptions import (
     PyTritonClientClosedError,
     PyTritonClientInvalidUrlError,
@@ -38,6 +42,7 @@ def test_every_client_rejects_an_invalid_url(client_class):
         ({"inference_timeout_s": -1.0}, "inference_timeout_s must be a positive number"),
         ({"inference_timeout_s": True}, "inference_timeout_s must be a positive number"),
         ({"access_token": ""}, "access_token must be a non-empty string"),
+        ({"unreachable_timeout_s": 0}, "unreachable_timeout_s must be a positive number"),
     ],
 )
 def test_bad_arguments_are_rejected(arguments, match):
@@ -83,10 +88,13 @@ def test_futures_client_rejects_bad_pool_sizes(value):
 @pytest.mark.parametrize("source_class", [ModelClient, AsyncioModelClient, FuturesModelClient])
 @pytest.mark.parametrize("target_class", [ModelClient, AsyncioModelClient, FuturesModelClient, DecoupledModelClient])
 def test_from_existing_client_keeps_settings_and_access_token(source_class, target_class):
-    source = source_class("grpc://server:9001", "m", 3, init_timeout_s=7, inference_timeout_s=0.5, access_token="tok")
+    source = source_class(
+        "grpc://server:9001", "m", 3, init_timeout_s=7, inference_timeout_s=0.5, access_token="tok",
+        unreachable_timeout_s=2,
+    )  # fmt: skip
     target = target_class.from_existing_client(source)
     assert type(target) is target_class
-    assert target._settings == source._settings
+    assert target._settings == source._settings and target._settings.unreachable_timeout_s == 2
     for client in (source, target):  # the asyncio ones made no connection yet
         if not isinstance(client, AsyncioModelClient):
             client.close()
@@ -158,3 +166,43 @@ async def test_no_server_gives_a_timeout_for_asyncio_clients(closed_port):
 def test_lazy_init_false_waits_at_construction(closed_port):
     with pytest.raises(PyTritonClientTimeoutError, match="was not live"):
         ModelClient(f"grpc://127.0.0.1:{closed_port}", "m", lazy_init=False, init_timeout_s=0.3)
+
+
+# A guard against a wait of init_timeout_s: far above unreachable_timeout_s, far below init_timeout_s.
+GAVE_UP_WITHIN_S = 30
+
+
+@pytest.mark.parametrize("scheme", ["http", "grpc"])
+def test_nothing_listening_gives_up_after_unreachable_timeout_s(scheme, closed_port, caplog):
+    caplog.set_level(logging.INFO, logger="tritonrt.client")
+    url = f"{scheme}://127.0.0.1:{closed_port}"
+    started = time.monotonic()
+    with ModelClient(url, "m", init_timeout_s=120, unreachable_timeout_s=0.5) as client:
+        with pytest.raises(ServerUnreachableError) as caught:
+            client.infer_sample(X)
+    assert time.monotonic() - started < GAVE_UP_WITHIN_S
+    assert caught.value.refused
+    assert f"Cannot reach the Triton server at {url}: nothing listens there (connections refused for 0.5 s" in str(
+        caught.value
+    )
+    assert "raise unreachable_timeout_s" in str(caught.value)
+    said = [record.getMessage() for record in caplog.records if record.name == "tritonrt.client"]
+    assert said == [f"Nothing listens at {url} (connection refused): waiting up to 0.5 s for a server there"]
+
+
+async def test_nothing_listening_gives_up_for_asyncio_clients(closed_port):
+    url = f"http://127.0.0.1:{closed_port}"
+    async with AsyncioModelClient(url, "m", init_timeout_s=120, unreachable_timeout_s=0.5) as client:
+        with pytest.raises(ServerUnreachableError, match="nothing listens there"):
+            await client.infer_sample(X)
+
+
+def test_a_wait_says_what_it_waits_for_at_once(closed_port, caplog):
+    # Without unreachable_timeout_s (PyTriton's way) the client waits init_timeout_s, and says so.
+    caplog.set_level(logging.INFO, logger="tritonrt.client")
+    url = f"http://127.0.0.1:{closed_port}"
+    with ModelClient(url, "m", init_timeout_s=2) as client:
+        with pytest.raises(PyTritonClientTimeoutError, match="was not live within 2 s"):
+            client.wait_for_model(2)
+    said = [record.getMessage() for record in caplog.records if record.name == "tritonrt.client"]
+    assert said == [f"Nothing listens at {url} (connection refused): waiting up to 2 s for a server there"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -193,3 +194,16 @@ def test_from_existing_client_shares_model_and_token(server, protocol):
         with ModelClient.from_existing_client(first) as second:
             second.load_model()  # needs the token it inherited
             np.testing.assert_array_equal(second.infer_sample(X)["y"], X)
+
+
+def test_a_server_that_answers_is_waited_for_whatever_unreachable_timeout_s(server, protocol, caplog):
+    # unreachable_timeout_s ends the wait only where nothing listens: a live server's model is waited for.
+    caplog.set_level(logging.INFO, logger="tritonrt.client")
+    url = server.url(protocol)
+    with ModelClient(url, "absent", init_timeout_s=2, unreachable_timeout_s=0.1) as client:
+        with pytest.raises(PyTritonClientTimeoutError, match="not ready within 2 s"):
+            client.infer_sample(X)
+    said = [record.getMessage() for record in caplog.records if record.name == "tritonrt.client"]
+    assert len(said) == 1 and said[0].startswith(
+        f"The server at {url} is live, model 'absent' is not ready yet: waiting up to "
+    ), said

@@ -64,6 +64,7 @@ class ClientSettings:
     init_timeout_s: float
     inference_timeout_s: float
     access_token: str | None
+    unreachable_timeout_s: float | None = None
 
     @classmethod
     def create(
@@ -74,6 +75,7 @@ class ClientSettings:
         init_timeout_s: float | None,
         inference_timeout_s: float | None,
         access_token: str | None,
+        unreachable_timeout_s: float | None = None,
     ) -> ClientSettings:
         """Validate the constructor arguments of a client."""
         parsed = TritonUrl.from_url(url)
@@ -92,6 +94,9 @@ class ClientSettings:
             init_timeout_s=_timeout(init_timeout_s, DEFAULT_INIT_TIMEOUT_S, "init_timeout_s"),
             inference_timeout_s=_timeout(inference_timeout_s, DEFAULT_INFERENCE_TIMEOUT_S, "inference_timeout_s"),
             access_token=access_token,
+            unreachable_timeout_s=(
+                None if unreachable_timeout_s is None else _timeout(unreachable_timeout_s, 0.0, "unreachable_timeout_s")
+            ),
         )
 
     @property
@@ -131,6 +136,7 @@ class ClientBase:
             "init_timeout_s": settings.init_timeout_s,
             "inference_timeout_s": settings.inference_timeout_s,
             "access_token": settings.access_token,
+            "unreachable_timeout_s": settings.unreachable_timeout_s,
         }
         known_config = existing_client._known_model_config()
         if known_config is not None:
@@ -164,10 +170,11 @@ class TransportClient(ClientBase):
         model_config: TritonModelConfig | None = None,
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
+        unreachable_timeout_s: float | None = None,
     ):
         self._closed = True  # until the transport exists: close() is then a no-op
         self._settings = ClientSettings.create(
-            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token
+            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token, unreachable_timeout_s
         )
         if self._decoupled:
             require_grpc(self._settings, type(self).__name__)

@@ -4,10 +4,16 @@ A model that is not ready yet may be loading, or missing, or broken. The model r
 these apart; where the server restricts it (TritonSecurityConfig) the client reads it only with the
 access token, and otherwise waits until the timeout.
 
+A wait that does not end at its first probe says so on the ``tritonrt.client`` logger (INFO): what it waits
+for and up to when, and again whenever that changes (nothing listens, the server does not answer yet, the
+model is not ready yet). Nothing listening at all (every connection refused) is not a model still loading:
+with ``unreachable_timeout_s`` the wait gives up once connections were refused for that long and no server
+answered meanwhile (ServerUnreachableError); a server that answers is waited for until ``timeout_s``.
+
 Example::
 
     wait_for_server_ready(transport, timeout_s=30.0)               # returns, or raises
-    wait_for_model_ready(transport, "add", None, timeout_s=30.0)
+    wait_for_model_ready(transport, "add", None, timeout_s=30.0, unreachable_timeout_s=5.0)
     await async_wait_for_model_ready(async_transport, "add", None, timeout_s=30.0)
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -27,6 +34,8 @@ from tritonrt.client.exceptions import (
 )
 
 __all__ = ["Probe", "async_wait_for_model_ready", "wait_for_model_ready", "wait_for_server_ready"]
+
+LOGGER = logging.getLogger("tritonrt.client")
 
 _FIRST_INTERVAL_S = 0.05
 _MAX_INTERVAL_S = 0.5
@@ -52,16 +61,28 @@ class Probe(Protocol):
 class _Wait:
     """Deadline, poll interval and what was last seen; builds the messages of both wait loops."""
 
-    def __init__(self, url: TritonUrl, model_name: str | None, model_version: str | None, timeout_s: float):
+    def __init__(
+        self,
+        url: TritonUrl,
+        model_name: str | None,
+        model_version: str | None,
+        timeout_s: float,
+        unreachable_timeout_s: float | None = None,
+    ):
         self.url = url
         self.model_name = model_name
         self.model_version = model_version
         self.timeout_s = timeout_s
+        self.unreachable_timeout_s = unreachable_timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.interval = _FIRST_INTERVAL_S
         self.server_live = False
         self.index_readable = True
         self.not_listed: str | None = None  # the models the index lists, when it does not list this one
+        self.answered = False  # a server answered a probe of this wait
+        self.refused: ServerUnreachableError | None = None  # this round's refused connection, if it was refused
+        self.refused_since: float | None = None  # since when every round was refused
+        self.reported: str | None = None  # what the wait last said it waits for
 
     @property
     def label(self) -> str:
@@ -71,12 +92,52 @@ class _Wait:
         return min(max(self.deadline - time.monotonic(), 0.01), _MAX_PROBE_TIMEOUT_S)
 
     def next_sleep(self) -> float:
-        """Seconds to sleep before the next probe; raises the timeout error once the deadline passed."""
-        remaining = self.deadline - time.monotonic()
+        """Seconds to sleep before the next probe; says what the wait waits for when that changed; raises the
+        timeout error once the deadline passed, and ServerUnreachableError once nothing listened for
+        ``unreachable_timeout_s``."""
+        now = time.monotonic()
+        remaining = self.deadline - now
         if remaining <= 0:
             raise self.timeout_error()
-        sleep, self.interval = min(self.interval, remaining), min(self.interval * 2, _MAX_INTERVAL_S)
+        if self.refused is None:
+            self.refused_since = None
+        elif self.refused_since is None:
+            self.refused_since = now
+        give_up = None
+        if self.refused_since is not None and self.unreachable_timeout_s is not None and not self.answered:
+            give_up = self.refused_since + self.unreachable_timeout_s
+            if now >= give_up:
+                raise self.unreachable_error()
+        self._report(remaining, give_up)
+        sleep = min(self.interval, remaining, (give_up - now) if give_up is not None else remaining)
+        self.interval = min(self.interval * 2, _MAX_INTERVAL_S)
         return sleep
+
+    def _report(self, remaining: float, give_up: float | None) -> None:
+        """Log what the wait waits for, and until when, when that changed since it last said so."""
+        url, target = self.url.with_scheme, f"model {self.label}" if self.model_name else "the server"
+        if self.refused is not None:
+            state = "refused"
+            until = _seconds(give_up - time.monotonic() if give_up is not None else remaining)
+            message = f"Nothing listens at {url} (connection refused): waiting up to {until} for a server there"
+        elif not self.server_live:
+            state = "silent"
+            message = f"The server at {url} does not answer as live yet: waiting up to {_seconds(remaining)}"
+        else:
+            state = "loading"
+            message = f"The server at {url} is live, {target} is not ready yet: waiting up to {_seconds(remaining)}"
+        if state != self.reported:
+            self.reported = state
+            LOGGER.info("%s", message)
+
+    def unreachable_error(self) -> ServerUnreachableError:
+        return ServerUnreachableError(
+            f"Cannot reach the Triton server at {self.url.with_scheme}: nothing listens there (connections "
+            f"refused for {self.unreachable_timeout_s or 0.0:g} s). Check that the server runs and that the URL "
+            f"names its {self.url.scheme.upper()} port (defaults: HTTP 8000, gRPC 8001); to wait for a server "
+            "that is still starting, raise unreachable_timeout_s (None: wait up to init_timeout_s).",
+            refused=True,
+        )
 
     def timeout_error(self) -> PyTritonClientTimeoutError:
         if self.model_name is None and self.server_live:
@@ -114,11 +175,24 @@ class _Wait:
     def probing(self) -> Iterator[None]:
         """One round of probes; a server not (yet) reachable or answering in time ends it early.
 
-        The server counts as not live until this round's probe says so.
+        The server counts as not live until this round's probe says so; a round ends refused when its
+        connection was refused (nothing listens).
         """
         self.server_live = False
-        with contextlib.suppress(*_NOT_YET):
+        self.refused = None
+        try:
             yield
+        except ServerUnreachableError as error:
+            if error.refused:
+                self.refused = error
+        except PyTritonClientTimeoutError:
+            pass
+
+    def live(self, answer: bool) -> bool:
+        """Record the liveness probe's answer (a server answered); return it."""
+        self.answered = True
+        self.server_live = answer
+        return answer
 
     @contextlib.contextmanager
     def reading_index(self) -> Iterator[None]:
@@ -154,33 +228,46 @@ class _Wait:
             )
 
 
-def wait_for_server_ready(transport: Probe, timeout_s: float) -> None:
+def _seconds(value: float) -> str:
+    """``"0.5 s"``, ``"60 s"``: a time left, to a tenth of a second."""
+    return f"{round(max(value, 0.0), 1):g} s"
+
+
+def wait_for_server_ready(transport: Probe, timeout_s: float, unreachable_timeout_s: float | None = None) -> None:
     """Block until the server is live and ready.
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
+        ServerUnreachableError: with ``unreachable_timeout_s``, nothing listened for that long.
     """
-    wait = _Wait(transport.url, None, None, timeout_s)
+    wait = _Wait(transport.url, None, None, timeout_s, unreachable_timeout_s)
     while True:
         with wait.probing():
-            wait.server_live = transport.is_server_live(wait.probe_timeout())
-            if wait.server_live and transport.is_server_ready(wait.probe_timeout()):
+            if wait.live(transport.is_server_live(wait.probe_timeout())) and transport.is_server_ready(
+                wait.probe_timeout()
+            ):
                 return
         time.sleep(wait.next_sleep())
 
 
-def wait_for_model_ready(transport: Probe, model_name: str, model_version: str | None, timeout_s: float) -> None:
+def wait_for_model_ready(
+    transport: Probe,
+    model_name: str,
+    model_version: str | None,
+    timeout_s: float,
+    unreachable_timeout_s: float | None = None,
+) -> None:
     """Block until the server is live and the model ready.
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
         PyTritonClientModelUnavailableError: the repository index shows the model missing or failed.
+        ServerUnreachableError: with ``unreachable_timeout_s``, nothing listened for that long.
     """
-    wait = _Wait(transport.url, model_name, model_version, timeout_s)
+    wait = _Wait(transport.url, model_name, model_version, timeout_s, unreachable_timeout_s)
     while True:
         with wait.probing():
-            wait.server_live = transport.is_server_live(wait.probe_timeout())
-            if wait.server_live:
+            if wait.live(transport.is_server_live(wait.probe_timeout())):
                 if transport.is_model_ready(model_name, model_version, wait.probe_timeout()):
                     return
                 with wait.reading_index():
@@ -189,14 +276,17 @@ def wait_for_model_ready(transport: Probe, model_name: str, model_version: str |
 
 
 async def async_wait_for_model_ready(
-    transport: AsyncTransport, model_name: str, model_version: str | None, timeout_s: float
+    transport: AsyncTransport,
+    model_name: str,
+    model_version: str | None,
+    timeout_s: float,
+    unreachable_timeout_s: float | None = None,
 ) -> None:
     """The asyncio version of ``wait_for_model_ready``."""
-    wait = _Wait(transport.url, model_name, model_version, timeout_s)
+    wait = _Wait(transport.url, model_name, model_version, timeout_s, unreachable_timeout_s)
     while True:
         with wait.probing():
-            wait.server_live = await transport.is_server_live(wait.probe_timeout())
-            if wait.server_live:
+            if wait.live(await transport.is_server_live(wait.probe_timeout())):
                 if await transport.is_model_ready(model_name, model_version, wait.probe_timeout()):
                     return
                 with wait.reading_index():

@@ -340,7 +340,12 @@ _UNREACHABLE_MARKERS = ("failed to connect", "connection refused", "socket close
 
 
 class ServerUnreachableError(PyTritonClientInferenceServerError):
-    """No connection to the server could be made (it is down, or the URL names the wrong host or port)."""
+    """No connection to the server could be made (it is down, or the URL names the wrong host or port), or the
+    server dropped one without an answer. ``refused``: no connection was made at all (nothing listens)."""
+
+    def __init__(self, message: str, *, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
 
 
 def unreachable_error(url: TritonUrl, cause: object) -> ServerUnreachableError:
@@ -353,7 +358,8 @@ def unreachable_error(url: TritonUrl, cause: object) -> ServerUnreachableError:
         )
     return ServerUnreachableError(
         f"Cannot reach the Triton server at {url.with_scheme} ({cause}). Check that the server runs and that "
-        f"the URL names its {url.scheme.upper()} port (defaults: HTTP 8000, gRPC 8001)."
+        f"the URL names its {url.scheme.upper()} port (defaults: HTTP 8000, gRPC 8001).",
+        refused=True,
     )
 
 

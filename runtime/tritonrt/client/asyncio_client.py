@@ -73,8 +73,9 @@ class AsyncioModelClient(TransportClient):
     async def wait_for_model(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the server to be live and the model ready (see ModelClient)."""
         self._check_open()
+        settings = self._settings
         await async_wait_for_model_ready(
-            self._transport, self._settings.model_name, self._settings.model_version, timeout_s
+            self._transport, settings.model_name, settings.model_version, timeout_s, settings.unreachable_timeout_s
         )
         self._model_ready = True
 
@@ -143,7 +144,11 @@ class AsyncioModelClient(TransportClient):
         settings, generation = self._settings, self._generation
         if not self._model_ready:
             await async_wait_for_model_ready(
-                self._transport, settings.model_name, settings.model_version, settings.init_timeout_s
+                self._transport,
+                settings.model_name,
+                settings.model_version,
+                settings.init_timeout_s,
+                settings.unreachable_timeout_s,
             )
         config = self._model_config
         if config is None:

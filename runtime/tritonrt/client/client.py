@@ -52,12 +52,19 @@ class ModelClient(TransportClient):
         ensure_model_is_ready: with ``model_config``, whether to still wait for readiness.
         access_token: the server's access token (TritonSecurityConfig), for restricted endpoints such as
             load_model/unload_model.
+        unreachable_timeout_s: (tritonrt's own) give up waiting once nothing listened at the URL (every
+            connection refused) for this long, instead of waiting ``init_timeout_s`` for a server that is not
+            there; a server that answers is still waited for until ``init_timeout_s``. None (the default, as
+            PyTriton): wait ``init_timeout_s`` either way. A wait says what it waits for on the
+            ``tritonrt.client`` logger (INFO).
 
     Raises:
         PyTritonClientInvalidUrlError: the URL is invalid.
         PyTritonClientValueError: another argument is invalid.
         PyTritonClientTimeoutError, PyTritonClientModelUnavailableError: with ``lazy_init=False``, the
             model was not ready in time or is not available.
+        PyTritonClientInferenceServerError: with ``lazy_init=False`` and ``unreachable_timeout_s``, nothing
+            listened at the URL.
     """
 
     _transport: Transport
@@ -107,7 +114,10 @@ class ModelClient(TransportClient):
             PyTritonClientClosedError: the client is closed.
         """
         self._check_open()
-        wait_for_model_ready(self._transport, self._settings.model_name, self._settings.model_version, timeout_s)
+        settings = self._settings
+        wait_for_model_ready(
+            self._transport, settings.model_name, settings.model_version, timeout_s, settings.unreachable_timeout_s
+        )
         self._model_ready = True
 
     def wait_for_server(self, timeout_s: float) -> None:
@@ -118,7 +128,7 @@ class ModelClient(TransportClient):
             PyTritonClientClosedError: the client is closed.
         """
         self._check_open()
-        wait_for_server_ready(self._transport, timeout_s)
+        wait_for_server_ready(self._transport, timeout_s, self._settings.unreachable_timeout_s)
 
     def infer_sample(
         self,
@@ -208,7 +218,13 @@ class ModelClient(TransportClient):
     def _wait_and_read_config(self) -> TritonModelConfig:
         settings, generation = self._settings, self._generation
         if not self._model_ready:
-            wait_for_model_ready(self._transport, settings.model_name, settings.model_version, settings.init_timeout_s)
+            wait_for_model_ready(
+                self._transport,
+                settings.model_name,
+                settings.model_version,
+                settings.init_timeout_s,
+                settings.unreachable_timeout_s,
+            )
         config = self._model_config
         if config is None:
             raw = self._transport.model_config(settings.model_name, settings.model_version, settings.init_timeout_s)

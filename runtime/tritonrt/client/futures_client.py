@@ -55,7 +55,7 @@ class FuturesModelClient(ClientBase):
 
     Args:
         url, model_name, model_version, init_timeout_s, inference_timeout_s, model_config,
-        ensure_model_is_ready, access_token: as for ``ModelClient``.
+        ensure_model_is_ready, access_token, unreachable_timeout_s: as for ``ModelClient``.
         max_workers: threads running requests (default 128, as in PyTriton 0.7; threads start as needed);
             None: ``min(32, os.cpu_count() + 4)``.
         max_queue_size: requests that may wait for a free thread (default 128); None: unlimited.
@@ -76,6 +76,7 @@ class FuturesModelClient(ClientBase):
         model_config: TritonModelConfig | None = None,
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
+        unreachable_timeout_s: float | None = None,
     ):
         workers = _positive_int(max_workers, "max_workers") or min(32, (os.cpu_count() or 1) + 4)
         queue_size = _positive_int(max_queue_size, "max_queue_size")
@@ -89,6 +90,7 @@ class FuturesModelClient(ClientBase):
             model_config=model_config,
             ensure_model_is_ready=ensure_model_is_ready,
             access_token=access_token,
+            unreachable_timeout_s=unreachable_timeout_s,
         )
         self._settings = self._client._settings
         self._non_blocking = non_blocking

@@ -33,6 +33,10 @@ Command line::
     python -m {{ cookiecutter.package }}.client --url grpc://localhost:8001
     python -m {{ cookiecutter.package }}.client --input samples.npz  # or .json, .npy
 
+Before its first request the client waits for the model to be ready (``init_timeout_s``) and says so on
+the ``tritonrt.client`` logger (the command line prints it): a model still loading is waited for, but where
+nothing listens at the URL at all it gives up after ``unreachable_timeout_s`` (5 s).
+
 A service started with ``{{ cookiecutter.package | upper }}_REQUIRE_TOKEN=true`` needs its access token:
 ``Client(url, access_token=...)``; the command line reads it from the variable
 ``{{ cookiecutter.package | upper }}_ACCESS_TOKEN`` (not from an argument, which any local user could read
@@ -46,6 +50,7 @@ import argparse
 import asyncio
 {%- endif %}
 import dataclasses
+import logging
 import os
 import sys
 {%- if streaming %}
@@ -71,6 +76,9 @@ from {{ cookiecutter.package }}.samples import FORMATS, read_inputs
 
 DEFAULT_URL = "http://localhost:8000"
 TOKEN_VARIABLE = "{{ cookiecutter.package | upper }}_ACCESS_TOKEN"
+# Where nothing listens at the URL (every connection refused), the client gives up after this long instead of
+# waiting init_timeout_s: a server that is not there is not a model still loading.
+UNREACHABLE_TIMEOUT_S = 5.0
 {%- if batching %}
 # predict_batch sends more samples than spec.MAX_BATCH_SIZE in batches of that size, this many at once.
 PARALLEL_BATCHES = 4
@@ -89,8 +97,9 @@ class Client:
     """Calls the model over HTTP or gRPC; one client may be shared by many threads.
 
     ``init_timeout_s`` bounds the wait for the server and model to be ready (before the first request),
-    ``inference_timeout_s`` the wait for each response; ``access_token`` is sent with every request (needed
-    when the service requires it).
+    ``inference_timeout_s`` the wait for each response; ``unreachable_timeout_s`` ends that wait early where
+    nothing listens at ``url`` (None: wait ``init_timeout_s`` for a server to start there);
+    ``access_token`` is sent with every request (needed when the service requires it).
 
     Example::
 
@@ -104,12 +113,14 @@ class Client:
         *,
         init_timeout_s: float = 60.0,
         inference_timeout_s: float = 60.0,
+        unreachable_timeout_s: float | None = UNREACHABLE_TIMEOUT_S,
         access_token: str | None = None,
     ) -> None:
         self.url = url
         self._options: dict[str, Any] = {
             "init_timeout_s": init_timeout_s,
             "inference_timeout_s": inference_timeout_s,
+            "unreachable_timeout_s": unreachable_timeout_s,
             "access_token": access_token,
         }
         self._client = ModelClient(url, spec.MODEL_NAME, **self._options)
@@ -181,12 +192,14 @@ class AsyncClient:
         *,
         init_timeout_s: float = 60.0,
         inference_timeout_s: float = 60.0,
+        unreachable_timeout_s: float | None = UNREACHABLE_TIMEOUT_S,
         access_token: str | None = None,
     ) -> None:
         self.url = url
         self._options: dict[str, Any] = {
             "init_timeout_s": init_timeout_s,
             "inference_timeout_s": inference_timeout_s,
+            "unreachable_timeout_s": unreachable_timeout_s,
             "access_token": access_token,
         }
         self._client: AsyncioModelClient | None = None  # made in the event loop, at first use
@@ -275,15 +288,22 @@ def _prediction(outputs: dict[str, np.ndarray]) -> Prediction:
 
 
 def _chunks(inputs: dict[str, Any]) -> list[dict[str, Any]]:
-    """``inputs`` cut along the batch axis into batches of at most ``spec.MAX_BATCH_SIZE`` samples."""
+    """``inputs`` cut along the batch axis into batches of at most ``spec.MAX_BATCH_SIZE`` samples.
+
+    Raises ValueError for inputs of different lengths, or of no samples (the server's refusal would not say
+    what was wrong)."""
     counts = {name: len(value) for name, value in inputs.items()}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{name}: {count}" for name, count in counts.items())
         raise ValueError(f"Every input needs the same number of samples (the first axis), got {listed}.")
     count = next(iter(counts.values()))
+    if count == 0:
+        raise ValueError(
+            "predict_batch got 0 samples: give it at least one (the first axis of each input counts them)."
+        )
     return [
         {name: value[start : start + spec.MAX_BATCH_SIZE] for name, value in inputs.items()}
-        for start in range(0, max(count, 1), spec.MAX_BATCH_SIZE)
+        for start in range(0, count, spec.MAX_BATCH_SIZE)
     ]
 
 
@@ -314,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout-s",
         type=float,
         default=60.0,
-        help="how long to wait for the model to be ready, and for each response (default: %(default)s)",
+        help="how long to wait for the model to be ready, and for each response (default: %(default)s); "
+        f"where nothing listens at the URL it gives up after {UNREACHABLE_TIMEOUT_S:g} s",
     )
     parser.add_argument(
         "--input",
@@ -352,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
     token = os.environ.get(TOKEN_VARIABLE) or None
     timeouts = {"init_timeout_s": args.timeout_s, "inference_timeout_s": args.timeout_s}
+    _say_what_the_client_waits_for()
     try:
         with Client(args.url, access_token=token, **timeouts) as client:
 {%- if streaming %}
@@ -371,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
 {%- endif %}
             _print(client.predict(**inputs))
+    except ValueError as error:  # inputs the client refuses before sending them
+        parser.error(str(error))
     except PyTritonClientError as error:
         print(f"The request to {args.url} failed: {error}", file=sys.stderr)
         if isinstance(error, (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError)) or (
@@ -379,6 +403,16 @@ def main(argv: list[str] | None = None) -> int:
             print("Is the service running there? Start it with: make serve", file=sys.stderr)
         return 1
     return 0
+
+
+def _say_what_the_client_waits_for() -> None:
+    """Print the client's wait messages (logger ``tritonrt.client``: what it waits for, for how long) on
+    stderr, so that a wait is never silent."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("tritonrt.client")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _print(prediction: Prediction) -> None:
