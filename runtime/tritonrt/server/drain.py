@@ -47,12 +47,12 @@ def drain_models(api: ServerApi, timeout_s: float, server_alive: Callable[[], bo
     return the models still busy when the wait ended (none: every request was answered).
 
     The wait ends early when ``server_alive()`` turns false (the server was killed: a second Ctrl+C). A server
-    that cannot be asked (it died) has nothing to drain.
+    whose repository index cannot be read (another access token restricts it) is not drained: say so.
     """
     try:
         busy = _busy(api)
     except PyTritonRuntimeError as error:
-        LOGGER.debug("No drain: %s", error)
+        LOGGER.warning("Stopping without a drain (%s): requests in flight may get no answer", error)
         return []
     if not busy:
         return []
