@@ -274,3 +274,113 @@ def test_worker_restarts_from_the_environment():
     assert RecoveryPolicy.from_env({"TRITONRT_WORKER_RESTARTS": "7"}).worker_restarts == 7
     with pytest.raises(PyTritonValidationError, match="TRITONRT_WORKER_RESTARTS"):
         RecoveryPolicy.from_env({"TRITONRT_WORKER_RESTARTS": "many"})
+
+
+class Clock:
+    """The supervisor's clock, moved by the test (the supervisor's waits still pass in real, short time)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def clocked(recorder: Recorder, policy: RecoveryPolicy, clock: Clock) -> Supervisor:
+    return Supervisor(
+        policy,
+        restart_server=recorder.restart_server,
+        reload_model=recorder.reload_model,
+        server_live=lambda: True,
+        model_ready=lambda name: True,
+        model_connected=lambda name: False,
+        give_up=recorder.give_up,
+        reconnect_grace_s=0.0,
+        restart_worker=recorder.restart_worker,
+        clock=clock,
+    )
+
+
+def server_dies_after(supervisor: Supervisor, clock: Clock, recorder: Recorder, served_s: float) -> None:
+    """tritonserver serves ``served_s`` after its last restart, then dies; returns once that was handled."""
+    clock.now += served_s
+    recorder.done.clear()
+    supervisor.server_exited(139)
+    assert recorder.done.wait(WAIT_S)
+    until(lambda: not supervisor.busy)
+
+
+def test_a_server_that_served_healthily_is_restarted_at_once_and_never_gives_up(supervisors, caplog):
+    # One crashing request a minute: with server_restarts=1 the second crash would give up if restarts counted.
+    recorder, clock = Recorder(), Clock()
+    supervisor = clocked(recorder, RecoveryPolicy(server_restarts=1, backoff_s=60, max_backoff_s=60), clock)
+    supervisors.append(supervisor)
+    for _ in range(10):
+        server_dies_after(supervisor, clock, recorder, 60)
+    assert recorder.calls == ["restart"] * 10 and recorder.reasons == []
+    assert caplog.text.count("restarting tritonserver at once (it served 60 s: not counted") == 10
+
+
+def test_a_crash_loop_after_a_healthy_run_still_backs_off_and_gives_up(supervisors, caplog):
+    recorder, clock = Recorder(), Clock()
+    policy = RecoveryPolicy(server_restarts=2, healthy_s=30, **FAST)
+    supervisor = clocked(recorder, policy, clock)
+    supervisors.append(supervisor)
+    server_dies_after(supervisor, clock, recorder, 29)  # within healthy_s of the start: counted (1 of 2)
+    server_dies_after(supervisor, clock, recorder, 45)  # healthy: at once, uncounted, the window's tries forgotten
+    server_dies_after(supervisor, clock, recorder, 2)  # a crash loop: counted (1 of 2), at once as a window's first
+    server_dies_after(supervisor, clock, recorder, 2)  # counted (2 of 2), after the back-off
+    server_dies_after(supervisor, clock, recorder, 2)  # past the budget
+    assert recorder.calls == ["restart"] * 4
+    assert len(recorder.reasons) == 1 and "server_restarts=2" in recorder.reasons[0]
+    tries = [record.getMessage() for record in caplog.records if "restarting tritonserver" in record.getMessage()]
+    assert "(try 1 of at most 2" in tries[0] and "at once (it served 45 s" in tries[1]
+    assert "(try 1 of at most 2" in tries[2] and "in 0.0 s (try 2 of at most 2" in tries[3]
+
+
+def test_restarts_turned_off_give_up_even_after_a_healthy_run(supervisors):
+    recorder, clock = Recorder(), Clock()
+    supervisor = clocked(recorder, RecoveryPolicy(server_restarts=0), clock)
+    supervisors.append(supervisor)
+    server_dies_after(supervisor, clock, recorder, 3600)
+    assert recorder.calls == [] and "server_restarts=0" in recorder.reasons[0]
+
+
+def test_a_worker_crashed_again_by_its_guilty_request_is_restarted_at_once_uncounted(supervisors):
+    recorder, clock = Recorder(), Clock()
+    supervisor = clocked(recorder, RecoveryPolicy(worker_restarts=1, **FAST), clock)
+    supervisors.append(supervisor)
+
+    def dies(served_s: float, guilty: bool) -> None:
+        clock.now += served_s
+        recorder.done.clear()
+        supervisor.worker_exited(WorkerExited("double", 0, "was killed by SIGSEGV", guilty))
+        assert recorder.done.wait(WAIT_S)
+        until(lambda: not supervisor.busy)
+
+    dies(1, False)  # counted: 1 of 1
+    for _ in range(3):
+        dies(1, True)  # the rerun of the request that crashed it: each at once, none counted
+    assert recorder.calls == ["restart double/0"] * 4 and recorder.reasons == []
+    dies(1, False)  # a crash of its own within seconds of a restart: past the budget
+    assert recorder.calls == ["restart double/0"] * 4
+    assert "worker_restarts=1" in recorder.reasons[0]
+
+
+def test_a_model_reload_after_a_healthy_run_is_not_counted(supervisors):
+    recorder, clock = Recorder(), Clock()
+    supervisor = clocked(recorder, RecoveryPolicy(model_reloads=1, **FAST), clock)
+    supervisors.append(supervisor)
+    for _ in range(3):
+        clock.now += 31
+        recorder.done.clear()
+        supervisor.model_lost("double")
+        assert recorder.done.wait(WAIT_S)
+        until(lambda: not supervisor.busy)
+    assert recorder.calls == ["reload double"] * 3 and recorder.reasons == []
+
+
+def test_healthy_s_is_checked():
+    assert RecoveryPolicy().healthy_s == 30.0
+    with pytest.raises(PyTritonValidationError, match="healthy_s"):
+        RecoveryPolicy(healthy_s=-1)

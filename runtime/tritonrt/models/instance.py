@@ -42,7 +42,7 @@ __all__ = [
     "batch_error",
 ]
 
-_SLOT = struct.Struct("<IxxxxQQ")  # state, seq, since (CLOCK_MONOTONIC ns, the same in every process)
+_SLOT = struct.Struct("<IIQQ")  # state, batch flags, seq, since (CLOCK_MONOTONIC ns, the same in every process)
 
 
 class CallState(enum.IntEnum):
@@ -55,11 +55,13 @@ class CallState(enum.IntEnum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunningCall:
-    """A batch being served: its sequence number, for how long it has run, and the state it is in."""
+    """A batch being served: its sequence number, for how long it has run, the state it is in, and its BATCH's
+    header flags (``FLAG_RERUN``: a request run again after its worker died)."""
 
     state: CallState
     seq: int
     elapsed_s: float
+    flags: int = 0
 
 
 class CallSlot:
@@ -68,20 +70,21 @@ class CallSlot:
     def __init__(self) -> None:
         self._memory = mmap.mmap(-1, _SLOT.size)  # anonymous and shared: a forked worker writes, the owner reads
 
-    def set(self, state: CallState, seq: int) -> None:
-        _SLOT.pack_into(self._memory, 0, state, seq, time.monotonic_ns())
+    def set(self, state: CallState, seq: int, flags: int = 0) -> None:
+        _SLOT.pack_into(self._memory, 0, state, flags, seq, time.monotonic_ns())
 
     def read(self) -> RunningCall:
-        state, seq, since = _SLOT.unpack_from(self._memory, 0)
-        return RunningCall(CallState(state), seq, (time.monotonic_ns() - since) / 1e9)
+        state, flags, seq, since = _SLOT.unpack_from(self._memory, 0)
+        return RunningCall(CallState(state), seq, (time.monotonic_ns() - since) / 1e9, flags)
 
     def reset(self) -> None:
         self.set(CallState.IDLE, 0)
 
 
-def batch_error(seq: int, message: str, code: int = wire.ERROR_UNAVAILABLE) -> bytes:
-    """The message that fails every request of batch ``seq`` still unanswered (the worker's BATCH_ERROR)."""
-    return wire.encode_message(Header(KIND_BATCH_ERROR, 0, 0, seq), wire.encode_batch_error(code, message))
+def batch_error(seq: int, message: str, code: int = wire.ERROR_UNAVAILABLE, flags: int = 0) -> bytes:
+    """The message that fails every request of batch ``seq`` still unanswered (the worker's BATCH_ERROR);
+    ``flags``: ``FLAG_RERUN`` lets the backend run them again, each alone (the worker process died)."""
+    return wire.encode_message(Header(KIND_BATCH_ERROR, flags, 0, seq), wire.encode_batch_error(code, message))
 
 
 class TrackedConnection(WorkerConnection):
@@ -96,7 +99,7 @@ class TrackedConnection(WorkerConnection):
 
     def receive_batch(self) -> tuple[int, list[Request]]:
         seq, requests = super().receive_batch()
-        self.slot.set(CallState.CALLING, seq)
+        self.slot.set(CallState.CALLING, seq, self.batch_flags)
         return seq, requests
 
     def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:

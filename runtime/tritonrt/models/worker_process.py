@@ -6,8 +6,13 @@ The socket the model's instance connects to is made and kept by this process; ea
 it. A worker that dies leaves it listening: the instance's next connection waits there for the replacement.
 The worker reports over a control socket (ready, connected, peer lost, unrecoverable error) and hands this
 process a copy of each connection it accepts: when it dies inside a call, this process fails the batch it
-held with an error that names the model, the instance and the signal, then closes the copy. A fork after CUDA
-was initialised here is refused (:func:`~tritonrt.models.workers.check_fork_allowed`).
+held with an error that names the model, the instance and the signal, then closes the copy. That error lets the
+backend run the batch's requests again, each alone, on the replacement (``FLAG_RERUN``), unless the callable is
+marked ``@no_retry``, the model is decoupled or a sequence model, the worker was killed past the execution timeout
+(a hang: a rerun would cost another timeout), or the service is stopping. A worker that dies running such a rerun
+was crashed by that request: its error says the request crashed the worker twice, and its restart is reported as
+``guilty`` (not a crash of the worker's own). A fork after CUDA was initialised here is refused
+(:func:`~tritonrt.models.workers.check_fork_allowed`).
 
 Each :class:`ProcessInstance` holds its state under one lock (``_lock``): the caller's thread starts, stops and
 expires the worker; one watcher thread per worker process reads its reports and reaps it.
@@ -31,7 +36,9 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from tritonrt.decorators.retry import retries_allowed
 from tritonrt.exceptions import PyTritonRuntimeError
+from tritonrt.model_config.sequence import SequenceBatcher
 from tritonrt.models.instance import (
     CallState,
     InstanceWorker,
@@ -40,7 +47,15 @@ from tritonrt.models.instance import (
     batch_error,
 )
 from tritonrt.models.worker_child import STOP, ChildSpec, Event, Report, child_main, receive
-from tritonrt.proxy.wire import HEADER_SIZE, KIND_BATCH, WireError, decode_header
+from tritonrt.proxy.wire import (
+    ERROR_INTERNAL,
+    ERROR_UNAVAILABLE,
+    FLAG_RERUN,
+    HEADER_SIZE,
+    KIND_BATCH,
+    WireError,
+    decode_header,
+)
 from tritonrt.server.supervisor import describe_status
 
 __all__ = ["ChildSpec", "ProcessHooks", "ProcessInstance", "ProcessState", "WorkerExit"]
@@ -62,13 +77,15 @@ class ProcessState(enum.Enum):
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerExit:
     """A worker process that ended unasked: whose, which process, and how (``status``: ``os.waitstatus_to_exitcode``,
-    negative for a signal)."""
+    negative for a signal). ``guilty``: it died running a request that had crashed a worker before (run again
+    alone after that crash), so that request failed, and the crash says nothing more about the worker."""
 
     model_name: str
     instance_index: int
     pid: int
     status: int
     timed_out: bool = False
+    guilty: bool = False
 
     def describe(self) -> str:
         return f"model {self.model_name!r} instance {self.instance_index}: its worker process (pid {self.pid}) " + (
@@ -150,6 +167,9 @@ class ProcessInstance(InstanceWorker):
         self._connected = False
         self._timed_out = False
         self._watcher: threading.Thread | None = None
+        config = spec.config  # may a request of a batch its worker died holding run again (alone)?
+        self._rerun = retries_allowed(spec.infer_callable) and not config.decoupled
+        self._rerun = self._rerun and not isinstance(config.batcher, SequenceBatcher)
 
     @property
     def state(self) -> ProcessState:
@@ -299,17 +319,22 @@ class ProcessInstance(InstanceWorker):
             connection, self._connection = self._connection, None
             stopping = self._state is ProcessState.STOPPING
         running = self.slot.read()
+        rerun = False
         if connection is not None:
             try:  # from here a batch the backend sends fails to go (EPIPE) and goes again to the next worker
                 connection.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
-            after = "the service is stopping" if stopping else "it is started again"
-            message = f"tritonrt: {exit.describe()} while it ran this request; {after}"
-            seq = running.seq if running.state is CallState.CALLING else _unread_batch(connection)
-            if seq is not None:  # a batch the worker held, or one sent to it after it died: fail it
+            held = running.state is CallState.CALLING
+            seq = running.seq if held else _unread_batch(connection)
+            if held and running.flags & FLAG_RERUN:
+                exit = dataclasses.replace(exit, guilty=True)
+            rerun = self._rerun and not exit.timed_out and not stopping
+            if seq is not None:  # a batch the worker held, or one sent to it after it died: fail it (or rerun it)
+                message, code = self._crash_message(exit, stopping)
+                flags = FLAG_RERUN if rerun else 0
                 try:
-                    connection.sendall(batch_error(seq, message))
+                    connection.sendall(batch_error(seq, message, code, flags))
                 except OSError:
                     pass
             connection.close()
@@ -322,8 +347,29 @@ class ProcessInstance(InstanceWorker):
             self._connected = False
             self._lock.notify_all()
         if unasked and ready.result() is None:  # a start that failed is reported by start() itself
-            LOGGER.error("%s; %s", exit.describe(), "failing the batch it held" if running.seq else "no batch held")
+            LOGGER.error("%s; %s", exit.describe(), _what_becomes(running.seq != 0, rerun, exit.guilty))
             self._hooks.on_exit(exit)
+
+    def _crash_message(self, exit: WorkerExit, stopping: bool) -> tuple[str, int]:
+        """The error of the batch that worker process held when it died, and its code."""
+        after = "the service is stopping" if stopping else "it is started again"
+        if not exit.guilty:
+            return f"tritonrt: {exit.describe()} while it ran this request; {after}", ERROR_UNAVAILABLE
+        return (
+            f"tritonrt: model {exit.model_name!r} instance {exit.instance_index}: this request crashed the worker "
+            f"process twice (run alone after its batch's worker died, its worker process (pid {exit.pid}) "
+            f"{describe_status(exit.status)}), so it is not run again; the worker process {after}",
+            ERROR_INTERNAL,
+        )
+
+
+def _what_becomes(held: bool, rerun: bool, guilty: bool) -> str:
+    """What happens to the batch a worker process held when it died, for the log."""
+    if guilty:
+        return "the request it ran had crashed a worker before: failing it alone"
+    if held:
+        return "its batch's requests run again, each alone" if rerun else "failing the batch it held"
+    return "no batch held"
 
 
 def _settle(ready: Future[str | None], failure: str | None) -> None:

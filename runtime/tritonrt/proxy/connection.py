@@ -132,6 +132,7 @@ class WorkerConnection:
         self._pending: tuple[Header, bytearray, int] | None = None  # a BATCH that a call's reader read
         self._region_call = False  # a call of the current batch has inputs in this side's region
         self._batch_size = 0
+        self.batch_flags = 0  # the current batch's header flags (FLAG_RERUN: run again after its worker died)
         self._cancelled_calls: set[int] = set()  # calls told INFER_CANCEL because every request was cancelled
 
     # -- receiving ---------------------------------------------------------------------------------------------
@@ -149,6 +150,7 @@ class WorkerConnection:
             with self._poll_lock:
                 self._dispatch(header, buffer, fd)
         self._seq, self._replies, self._region_reply, self._open = header.seq, 0, 0, True
+        self.batch_flags = header.flags
         self.cancelled_requests = set()
         if self._region_call or self._cancelled_calls:
             self._region_call = False

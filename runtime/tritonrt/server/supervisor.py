@@ -20,6 +20,13 @@ waits twice as long as the one before (``backoff_s``, ``2 * backoff_s``, ... up 
 fault has used its tries, or a try fails and none is left, the supervisor calls ``give_up(reason)``: the owner
 stops, and a service exits non-zero so that its orchestrator replaces it.
 
+What a crash loop is: a process that dies again soon after it was brought back. One that served for
+``healthy_s`` (30 s) since its last restart (or since the supervisor started) is brought back at once, that
+restart is not counted, and the earlier tries of its window are forgotten (as Kubernetes resets a container's
+crash back-off once it ran well). So is a worker process that died running a request that had crashed a worker
+before (``WorkerExited.guilty``: that request failed, the crash says nothing of the worker). A budget of 0
+still means no restart at all.
+
 Example::
 
     supervisor = Supervisor(RecoveryPolicy(), restart_server=restart, reload_model=reload,
@@ -77,7 +84,9 @@ class RecoveryPolicy:
     the owner stops at the first exit). ``model_reloads``: reloads of one model whose instance lost its
     worker, within any ``window_s`` (0: none). ``worker_restarts``: restarts of one instance's worker process
     that died, within any ``window_s`` (0: none). Further tries wait ``backoff_s``, doubling, up to
-    ``max_backoff_s``. ``from_env()`` reads ``TRITONRT_SERVER_RESTARTS``, ``TRITONRT_MODEL_RELOADS`` and
+    ``max_backoff_s``. A failure that comes ``healthy_s`` or more after the last restart of the same thing (or
+    after the supervisor started) is no crash loop: it is recovered at once, uncounted, and the window's earlier
+    tries are forgotten. ``from_env()`` reads ``TRITONRT_SERVER_RESTARTS``, ``TRITONRT_MODEL_RELOADS`` and
     ``TRITONRT_WORKER_RESTARTS``.
 
     Example::
@@ -91,13 +100,14 @@ class RecoveryPolicy:
     window_s: float = 600.0
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
+    healthy_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("server_restarts", "model_reloads", "worker_restarts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise PyTritonValidationError(f"RecoveryPolicy.{name}={value!r} must be a whole number >= 0.")
-        for name in ("window_s", "backoff_s", "max_backoff_s"):
+        for name in ("window_s", "backoff_s", "max_backoff_s", "healthy_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise PyTritonValidationError(f"RecoveryPolicy.{name}={value!r} must be a number of seconds >= 0.")
@@ -124,9 +134,10 @@ class RecoveryPolicy:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServerExited:
-    """tritonserver exited unasked with exit ``code``."""
+    """tritonserver exited unasked with exit ``code`` (``at``: when it was reported, on the supervisor's clock)."""
 
     code: int
+    at: float = dataclasses.field(default=0.0, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -134,31 +145,46 @@ class ModelLost:
     """An instance of model ``name`` lost its worker while the model should be serving."""
 
     name: str
+    at: float = dataclasses.field(default=0.0, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerExited:
-    """The worker process of instance ``instance_index`` of model ``model_name`` died; ``how`` says how."""
+    """The worker process of instance ``instance_index`` of model ``model_name`` died; ``how`` says how.
+    ``guilty``: it died running a request that had crashed a worker before (that request failed alone)."""
 
     model_name: str
     instance_index: int
     how: str
+    guilty: bool = False
+    at: float = dataclasses.field(default=0.0, compare=False)
 
 
 Fault = ServerExited | ModelLost | WorkerExited
 
 
 class _Budget:
-    """The tries of one fault within the sliding window, and the wait before the next one."""
+    """The tries of one fault within the sliding window, the wait before the next one, and when what it
+    recovers was last brought back (``restarted``: the supervisor's start until the first restart)."""
 
-    def __init__(self, limit: int, policy: RecoveryPolicy, field: str):
+    def __init__(self, limit: int, policy: RecoveryPolicy, field: str, clock: Callable[[], float], started: float):
         self.limit = limit
         self.field = field  # the RecoveryPolicy field that sets the limit
         self._policy = policy
+        self._clock = clock
         self._tries: collections.deque[float] = collections.deque()
+        self.restarted = started
+
+    def healthy_for(self, at: float) -> float | None:
+        """How long it served before the failure reported ``at``, when that is long enough not to count."""
+        served = at - self.restarted
+        return served if self.limit and served >= self._policy.healthy_s else None
+
+    def forget(self) -> None:
+        self._tries.clear()
 
     def used(self) -> int:
-        horizon = time.monotonic() - self._policy.window_s
+        horizon = self._clock() - self._policy.window_s
         while self._tries and self._tries[0] < horizon:
             self._tries.popleft()
         return len(self._tries)
@@ -171,7 +197,7 @@ class _Budget:
         return 0.0 if not used else min(self._policy.backoff_s * 2 ** (used - 1), self._policy.max_backoff_s)
 
     def spend(self) -> int:
-        self._tries.append(time.monotonic())
+        self._tries.append(self._clock())
         return len(self._tries)
 
 
@@ -203,7 +229,8 @@ class Supervisor:
     instance of the model is connected to its worker (a model whose instances connect again within
     ``reconnect_grace_s`` is not reloaded); ``restart_worker(model, instance)`` starts a dead worker process
     again (None: a dead worker gives up); ``give_up(reason)`` is called once
-    when a fault cannot be recovered. The callables raise to say that a try failed.
+    when a fault cannot be recovered. The callables raise to say that a try failed. ``clock`` (seconds) dates
+    faults and restarts, for the windows and for ``healthy_s`` (tests pass their own).
     """
 
     def __init__(
@@ -218,8 +245,11 @@ class Supervisor:
         model_connected: Callable[[str], bool] = lambda name: False,
         reconnect_grace_s: float = RECONNECT_GRACE_S,
         restart_worker: Callable[[str, int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.policy = policy
+        self._clock = clock
+        self._started = clock()
         self._restart_server = restart_server
         self._reload_model = reload_model
         self._server_live = server_live
@@ -228,7 +258,7 @@ class Supervisor:
         self._reconnect_grace_s = reconnect_grace_s
         self._give_up = give_up
         self._restart_worker_process = restart_worker
-        self._server_budget = _Budget(policy.server_restarts, policy, "server_restarts")
+        self._server_budget = self._budget(policy.server_restarts, "server_restarts")
         self._model_budgets: dict[str, _Budget] = {}
         self._worker_budgets: dict[tuple[str, int], _Budget] = {}
         self._events: collections.deque[Fault] = collections.deque()  # the head is being handled
@@ -249,7 +279,7 @@ class Supervisor:
             # A server restarted by the recovery under way (the head of the queue) may die too: queue that.
             if self._closed or any(isinstance(fault, ServerExited) for fault in list(self._events)[1:]):
                 return
-            self._events.append(ServerExited(code))
+            self._events.append(ServerExited(code, at=self._clock()))
             self._cv.notify_all()
 
     def model_lost(self, name: str) -> None:
@@ -264,7 +294,7 @@ class Supervisor:
         with self._cv:
             if self._closed or fault in self._events or self._server_failing():
                 return
-            self._events.append(fault)
+            self._events.append(dataclasses.replace(fault, at=self._clock()))
             self._cv.notify_all()
 
     def close(self) -> None:
@@ -275,6 +305,9 @@ class Supervisor:
             self._cv.notify_all()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1)
+
+    def _budget(self, limit: int, field: str) -> _Budget:
+        return _Budget(limit, self.policy, field, self._clock, self._started)
 
     def _server_failing(self) -> bool:
         return any(isinstance(fault, ServerExited) for fault in self._events)
@@ -304,9 +337,9 @@ class Supervisor:
 
     def _recover(self, fault: Fault) -> str | None:
         if isinstance(fault, ServerExited):
-            return self._restart(fault.code)
+            return self._restart(fault)
         if isinstance(fault, ModelLost):
-            return self._reload(fault.name)
+            return self._reload(fault)
         return self._restart_worker(fault)
 
     def _wait(self, seconds: float) -> bool:
@@ -318,11 +351,37 @@ class Supervisor:
         with self._cv:
             return self._server_failing()
 
-    def _retry(self, budget: _Budget, reason: str, doing: str, action: Callable[[], None], *, yields: bool) -> bool:
+    def _retry(
+        self,
+        budget: _Budget,
+        reason: str,
+        doing: str,
+        action: Callable[[], None],
+        *,
+        yields: bool,
+        at: float,
+        guilty: bool = False,
+    ) -> bool:
         """The one backoff: try ``action()`` (``doing``: what it does, e.g. "restarting tritonserver") until it
         succeeds or the budget is used up, then give up naming ``reason``. ``yields``: a server that failed
-        meanwhile ends the tries (its restart brings everything back). True when it succeeded."""
+        meanwhile ends the tries (its restart brings everything back). A failure reported ``at`` after a healthy
+        run, or ``guilty`` (a request crashed it), is first tried at once and uncounted. True when it succeeded."""
         window = self.policy.window_s
+        served = budget.healthy_for(at)
+        if budget.limit and (served is not None or guilty):
+            why = "a request that had crashed it before crashed it again" if guilty else f"it served {served:.0f} s"
+            LOGGER.error("%s: %s at once (%s: not counted in RecoveryPolicy.%s)", reason, doing, why, budget.field)
+            if yields and self._server_failed():
+                return False
+            if not guilty:
+                budget.forget()  # a crash loop starts afresh from here
+            try:
+                action()
+            except Exception as error:
+                reason = f"{doing} failed: {error}"
+            else:
+                budget.restarted = self._clock()
+                return not self._closed
         while (delay := budget.next_delay()) is not None:
             LOGGER.error(
                 "%s: %s%s (try %d of at most %d in %.0f s)",
@@ -336,6 +395,7 @@ class Supervisor:
             except Exception as error:
                 reason = f"{doing} failed: {error}"
                 continue
+            budget.restarted = self._clock()
             return not self._closed
         self._give_up(
             f"{reason}; it was tried {budget.used()} time(s) in the last {window:.0f} s, the most the "
@@ -343,9 +403,9 @@ class Supervisor:
         )
         return False
 
-    def _restart(self, code: int) -> str | None:
+    def _restart(self, fault: ServerExited) -> str | None:
         """Restart the server; the message that says it was done, if it was."""
-        reason = f"tritonserver exited unexpectedly ({describe_exit(code)})"
+        reason = f"tritonserver exited unexpectedly ({describe_exit(fault.code)})"
         restart_server = self._restart_server
         if restart_server is None:
             self._give_up(reason)
@@ -357,7 +417,8 @@ class Supervisor:
             started = time.monotonic()
             restart_server()
 
-        if not self._retry(self._server_budget, reason, "restarting tritonserver", restart, yields=False):
+        budget = self._server_budget
+        if not self._retry(budget, reason, "restarting tritonserver", restart, yields=False, at=fault.at):
             return None
         return f"tritonserver restarted; its models are ready ({time.monotonic() - started:.1f} s)"
 
@@ -370,7 +431,9 @@ class Supervisor:
             return None
         key = (fault.model_name, fault.instance_index)
         limit = self.policy.worker_restarts
-        budget = self._worker_budgets.setdefault(key, _Budget(limit, self.policy, "worker_restarts"))
+        budget = self._worker_budgets.get(key) or self._worker_budgets.setdefault(
+            key, self._budget(limit, "worker_restarts")
+        )
         started = time.monotonic()
 
         def restart() -> None:
@@ -378,15 +441,17 @@ class Supervisor:
             started = time.monotonic()
             restart_worker(fault.model_name, fault.instance_index)
 
-        if not self._retry(budget, reason, "restarting its worker process", restart, yields=True):
+        doing = "restarting its worker process"
+        if not self._retry(budget, reason, doing, restart, yields=True, at=fault.at, guilty=fault.guilty):
             return None
         return (
             f"Model {fault.model_name!r} instance {fault.instance_index}: worker process restarted and ready again "
             f"({time.monotonic() - started:.1f} s)"
         )
 
-    def _reload(self, name: str) -> str | None:
+    def _reload(self, fault: ModelLost) -> str | None:
         """Reload the model unless its loss was no fault; the message that says it was done, if it was."""
+        name = fault.name
         deadline = time.monotonic() + _SERVER_GRACE_S
         while not self._server_live():
             if self._server_failed() or self._closed:
@@ -406,7 +471,9 @@ class Supervisor:
         else:
             LOGGER.info("Model %r lost an instance's connection, and its instances are connected again: no fault", name)
             return None
-        budget = self._model_budgets.setdefault(name, _Budget(self.policy.model_reloads, self.policy, "model_reloads"))
+        budget = self._model_budgets.get(name) or self._model_budgets.setdefault(
+            name, self._budget(self.policy.model_reloads, "model_reloads")
+        )
         reason = f"model {name!r} lost its connection to tritonserver (an instance of it went away)"
         started = time.monotonic()
 
@@ -415,6 +482,6 @@ class Supervisor:
             started = time.monotonic()
             self._reload_model(name)
 
-        if not self._retry(budget, reason, f"reloading model {name!r}", reload, yields=True):
+        if not self._retry(budget, reason, f"reloading model {name!r}", reload, yields=True, at=fault.at):
             return None
         return f"Model {name!r} reloaded and ready again ({time.monotonic() - started:.1f} s)"
