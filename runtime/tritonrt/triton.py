@@ -350,6 +350,15 @@ class Triton(ModelHost):
     def _stop_at_once(self) -> None:
         self.kill()
 
+    def _metrics_url(self) -> str | None:
+        """Where the server publishes its metrics (None with metrics off)."""
+        c = self._config
+        if c.allow_metrics is False:
+            return None
+        host = _client_host(c.metrics_address or c.http_address)
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{c.metrics_port or DEFAULT_METRICS_PORT}/metrics"
+
     def _shutdown(self) -> None:
         """Drain the models (new requests refused, those in flight answered, up to ``exit_timeout_secs``; see
         tritonrt.server.drain), then stop tritonserver, which then has only its last answers to write."""
@@ -360,7 +369,7 @@ class Triton(ModelHost):
                 drain_s = DEFAULT_EXIT_TIMEOUT_S if exit_timeout is None else exit_timeout
                 if self._api is not None and server.is_alive():
                     try:
-                        drain_models(self._api, drain_s, server.is_alive)
+                        drain_models(self._api, drain_s, server.is_alive, self._metrics_url())
                     except BaseException:  # e.g. a KeyboardInterrupt: no server outlives the drain
                         server.kill()
                         raise

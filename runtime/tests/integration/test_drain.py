@@ -4,7 +4,8 @@ stop() first unloads the models: from then on new requests are refused (``Reques
 no available versions``), on connections opened before and after alike, and the server reports not ready,
 while the requests in flight are answered. Then it signals tritonserver with no exit timeout of its own, so
 connections that clients merely keep open (an idle HTTP keep-alive connection, a gRPC channel) no longer hold
-the stop for ``exit_timeout_secs`` (tritonserver 2.51 waited for them: 30 s by default). A real tritonserver.
+the stop for ``exit_timeout_secs`` (tritonserver 2.51 waited for them: 30 s by default). A model that others
+call (BLS) is unloaded after its callers, so their requests in flight can still call it. A real tritonserver.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tritonrt import bls
 from tritonrt.client import ModelClient
 from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
 from tritonrt.model_config import ModelConfig, Tensor
@@ -109,3 +111,38 @@ def test_requests_in_flight_are_answered_while_new_ones_are_refused(new_triton):
         assert [future.result(WAIT_S)["y"].tolist() for future in in_flight] == [[1.0], [1.0]]
         assert stopping.result(WAIT_S)
     assert all("has no available versions" in message and "stopping" in message for message in refusals), refusals
+
+
+def test_a_call_of_another_model_made_during_the_drain_is_answered(new_triton):
+    # The caller is unloaded first, its callee once the caller's requests are answered (BLS calls it made are
+    # on /metrics): the request in flight still makes its call after stop() began.
+    entered, release = threading.Event(), threading.Event()
+
+    def caller(requests):
+        x = requests[0]["x"]
+        if float(x[0]):
+            entered.set()
+            release.wait(WAIT_S)
+        return [{"y": bls.infer("callee", x=x)["y"]}]
+
+    server, http_url, _ = _serve(new_triton, caller, exit_timeout_secs=int(WAIT_S))
+    server.triton.bind("callee", lambda requests: [{"y": r["x"] * 2} for r in requests], *TENSORS,
+                       config=ModelConfig(batching=False))  # fmt: skip
+    probe = grpcclient.InferenceServerClient(server.grpc_url)
+    with (
+        ModelClient(http_url, "model", inference_timeout_s=WAIT_S) as client,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        assert client.infer_sample(X)["y"].tolist() == [0.0]  # a call before the stop: the drain knows of it
+        in_flight = pool.submit(client.infer_sample, np.array([1.0], np.float32))
+        assert entered.wait(WAIT_S)
+        stopping = pool.submit(server.triton.stop)
+        deadline = time.monotonic() + WAIT_S
+        while probe.is_model_ready("model"):  # the caller is being unloaded; the callee is not yet
+            assert time.monotonic() < deadline, "the model stayed ready after stop()"
+            time.sleep(0.05)
+        assert probe.is_model_ready("callee")
+        probe.close()
+        release.set()
+        assert in_flight.result(WAIT_S)["y"].tolist() == [2.0]
+        assert stopping.result(WAIT_S)
