@@ -100,6 +100,24 @@ def collect_stream(requests):
     return answers
 
 
+def calls_itself(requests):
+    """x = [[1]]: calls its own model, whose one instance is busy with this very request, with a 0.3 s timeout;
+    y = [[1]] when the call timed out with a message that says so. x = [[0]]: y = [[0]]."""
+    answers = []
+    for request in requests:
+        if request["x"][0][0] != 1.0:
+            answers.append({"y": np.zeros((1, 1), np.float32)})
+            continue
+        call = bls.InferenceRequest(
+            model_name="calls_itself", requested_output_names=["y"], inputs=[bls.Tensor("x", request["x"] * 0)],
+            timeout=300_000,
+        )  # fmt: skip
+        response = call.exec()
+        timed_out = response.has_error() and "timeout" in response.error().message()
+        answers.append({"y": np.full((1, 1), float(timed_out), np.float32)})
+    return answers
+
+
 def model_control(requests):
     """The model loading API: x = [[op]]: 0 readiness of add_one, 1 unload it, 2 load it again."""
     answers = []
@@ -127,6 +145,7 @@ def server(server_dir, free_triton_config, tmp_path_factory, worker_mode) -> Ite
         triton.bind("count_up", count_up, [X], [Y], config=ModelConfig(max_batch_size=8, decoupled=True))
         triton.bind("collect_stream", collect_stream, [X], [Y], config=config)
         triton.bind("model_control", model_control, [X], [Y], config=config)
+        triton.bind("calls_itself", calls_itself, [X], [Y], config=config)
         triton.run()
         yield running
     finally:
@@ -180,6 +199,12 @@ def test_cancelling_a_decoupled_call_stops_its_stream(server):
     forty = np.array([[40.0]], dtype=np.float32)
     seen = server.infer("http", "collect_stream", {"x": forty}, parameters={"stop_after": 2})["y"][0].tolist()
     assert seen[:2] == [1.0, 2.0] and len(seen) < 40, seen  # the callee's stream ended early
+
+
+def test_a_call_of_the_callers_only_instance_ends_at_its_timeout(server, protocol):
+    one, zero = np.ones((1, 1), np.float32), np.zeros((1, 1), np.float32)
+    assert server.infer(protocol, "calls_itself", {"x": one})["y"].tolist() == [[1.0]]
+    assert server.infer(protocol, "calls_itself", {"x": zero})["y"].tolist() == [[0.0]]  # and it serves on
 
 
 def test_the_model_loading_api(server):

@@ -95,7 +95,7 @@ def test_a_call_sends_its_request_and_answers_with_the_callees_outputs(harness):
     def infer(requests):
         request = bls.InferenceRequest(
             "callee", ["y"], [bls.Tensor("x", requests[0]["x"] * 2)], request_id="r", correlation_id="s",
-            flags=bls.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START, timeout=5000, parameters={"k": 1},
+            flags=bls.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START, timeout=60_000_000, parameters={"k": 1},
         )  # fmt: skip
         response = request.exec()
         assert not response.has_error(), response.error()
@@ -107,7 +107,7 @@ def test_a_call_sends_its_request_and_answers_with_the_callees_outputs(harness):
     seq = h.send([[1.0, 2.0]])
     header, call, message = read(h, wire.KIND_INFER)
     assert header.seq == seq and header.count == 1
-    assert (call.model_name, call.timeout_us, call.model_version, call.call_flags) == ("callee", 5000, -1, 0)
+    assert (call.model_name, call.timeout_us, call.model_version, call.call_flags) == ("callee", 60_000_000, -1, 0)
     request = call.request
     assert (request.id, request.correlation_id, request.flags) == ("r", "s", 1)
     assert request.parameters == {"k": 1} and request.requested_outputs == ["y"]

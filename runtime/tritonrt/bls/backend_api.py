@@ -232,7 +232,7 @@ class InferenceRequest:
             return ResponseIterator(call)
         loop, answers = asyncio.get_running_loop(), []
         while True:  # (each wait in a thread of the loop's executor: the loop runs other tasks meanwhile)
-            answer = await loop.run_in_executor(None, call.scope.site.next_answer, call.scope.seq, call.id)
+            answer = await loop.run_in_executor(None, call.next_answer)
             answers.append(answer)
             if type(answer) is not CallAnswer or answer.final:
                 return call.single(answers)
@@ -255,7 +255,7 @@ class ResponseIterator:
             if self._done:
                 raise StopIteration
             call = self._call
-            self._take(call.scope.site.next_answer(call.scope.seq, call.id))
+            self._take(call.next_answer())
         return self._ready.popleft()
 
     def __aiter__(self) -> ResponseIterator:
@@ -267,7 +267,7 @@ class ResponseIterator:
                 raise StopAsyncIteration
             call = self._call
             loop = asyncio.get_running_loop()
-            self._take(await loop.run_in_executor(None, call.scope.site.next_answer, call.scope.seq, call.id))
+            self._take(await loop.run_in_executor(None, call.next_answer))
         return self._ready.popleft()
 
     def _take(self, answer: Any) -> None:
@@ -303,6 +303,9 @@ class _Call:
         self._span, trace_context = _start_span(self.callee)
         self.error = False
         self._start = time.perf_counter()
+        # The worker stops waiting at the timeout even where Triton does not enforce it (a queue without
+        # allow_timeout_override, a callee that waits for the caller's own instance).
+        self.deadline = time.monotonic() + request._timeout / 1e6 if request._timeout else None
         call = CallRequest(self.callee, request._outputs or None, request._request_id, correlation,
                            request._model_version, request._flags, request._timeout, request._parameters,
                            decoupled, trace_context)  # fmt: skip
@@ -321,9 +324,12 @@ class _Call:
 
     def answers(self) -> Iterator[Any]:
         """The call's answers as they come (the caller stops at the last)."""
-        site, seq, call_id = self.scope.site, self.scope.seq, self.id
         while True:
-            yield site.next_answer(seq, call_id)
+            yield self.next_answer()
+
+    def next_answer(self) -> Any:
+        """The call's next answer (a Closed one, TIMED_OUT, once its timeout passed)."""
+        return self.scope.site.next_answer(self.scope.seq, self.id, self.deadline)
 
     def single(self, answers: Iterable[Any]) -> InferenceResponse:
         """The one response of a call that is not decoupled (an error when it sent none)."""

@@ -95,6 +95,11 @@ class Closed(NamedTuple):
 
 
 Answer: TypeAlias = "CallAnswer | ControlResult | Closed"
+TIMED_OUT = Closed(
+    "it did not answer within the call's timeout: the call was cancelled (a call of the caller's own model waits for "
+    "a free instance of it: give the model more instances)",
+    wire.ERROR_UNAVAILABLE,
+)
 _OUTSIDE = Closed(OUTSIDE)
 
 
@@ -103,7 +108,7 @@ class CallSite(Protocol):
 
     def call(self, seq: int, call: CallRequest, inputs: Mapping[str, np.ndarray]) -> int: ...
 
-    def next_answer(self, seq: int, call_id: int) -> Answer: ...
+    def next_answer(self, seq: int, call_id: int, deadline: float | None = None) -> Answer: ...
 
     def cancel_call(self, seq: int, call_id: int) -> None: ...
 
@@ -196,6 +201,10 @@ class CallTable:
         if type(answer) is not CallAnswer or answer.final:
             del self._answers[call_id]
         return answer
+
+    def abandon(self, call_id: int) -> None:
+        """End a call whose caller stopped waiting: its later answers are dropped."""
+        self._answers.pop(call_id, None)
 
     def close(self, why: Closed) -> None:
         """End every call: their waiters get ``why``; later answers are dropped."""

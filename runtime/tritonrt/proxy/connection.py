@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, NamedTuple
@@ -20,6 +21,7 @@ from tritonrt import metrics
 from tritonrt.proxy import wire
 from tritonrt.proxy.calls import (
     OUTSIDE,
+    TIMED_OUT,
     Answer,
     CallAnswer,
     CallRequest,
@@ -43,7 +45,7 @@ from tritonrt.proxy.outgoing import (
 from tritonrt.proxy.regions import OwnRegion, PeerRegion, RegionError, size_for
 from tritonrt.proxy.settings import InstanceIdentity, WorkerSettings
 from tritonrt.proxy.tensors import array_from
-from tritonrt.proxy.types import Request
+from tritonrt.proxy.types import BatchCancellation, Request
 from tritonrt.proxy.wire import (
     FLAG_FINAL,
     FLAG_NEW_REGION,
@@ -65,7 +67,6 @@ from tritonrt.proxy.wire import (
     KIND_WELCOME,
     LOCATION_INLINE,
     LOCATION_SENDER_REGION,
-    ControlResult,
     Header,
     RequestMeta,
     WireError,
@@ -236,7 +237,7 @@ class WorkerConnection:
         self._used_peer_region = bool(header.region_id)
         data_start = header.data_start
         requests: list[Request] = []
-        cancellation = _BatchCancellation(self, header.seq)
+        cancellation = BatchCancellation(self.cancelled_in, header.seq)
         decoded = self._decoded(header, buffer)
         self.trace_contexts = [meta.trace_context for meta in decoded]
         for meta in decoded:
@@ -413,12 +414,13 @@ class WorkerConnection:
             new_region.close_fd()
         return call_id
 
-    def next_answer(self, seq: int, call_id: int) -> CallAnswer | ControlResult | Closed:
-        """Wait for the next answer of call ``call_id``, reading the connection unless another thread does. Once
-        every request of the batch was cancelled, the call is cancelled (INFER_CANCEL)."""
+    def next_answer(self, seq: int, call_id: int, deadline: float | None = None) -> Answer:
+        """The next answer of call ``call_id`` (read here unless another thread reads); cancelled (INFER_CANCEL)
+        once every request of the batch was cancelled or ``deadline`` (``time.monotonic()``) passed."""
         with self._turn:
             while (answer := self.calls.take(call_id)) is None:
-                if self._batch_size and len(self.cancelled_requests) >= self._batch_size:
+                expired = deadline is not None and time.monotonic() >= deadline
+                if expired or (self._batch_size and len(self.cancelled_requests) >= self._batch_size):
                     if call_id not in self._cancelled_calls:
                         self._cancelled_calls.add(call_id)
                         self._turn.release()
@@ -426,20 +428,26 @@ class WorkerConnection:
                             self.cancel_call(seq, call_id)
                         finally:
                             self._turn.acquire()
-                        continue
+                    if expired:  # (the callee may wait for this very instance: its answer is not awaited)
+                        self.calls.abandon(call_id)
+                        return TIMED_OUT
+                    if (answer := self.calls.take(call_id)) is not None:
+                        break
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if self._reading:
-                    self._turn.wait()
+                    self._turn.wait(wait)
                     continue
-                self._read_for_calls()
+                self._read_for_calls(wait)
         return answer
 
-    def _read_for_calls(self) -> None:
-        """Read one message outside the lock (held on entry and exit) and file it; a broken connection ends
-        every call."""
+    def _read_for_calls(self, timeout: float | None) -> None:
+        """Read a message (at most ``timeout`` s) outside the lock, held on entry and exit; file it, or on a
+        broken connection end every call."""
         self._reading = True
         self._turn.release()
+        gone: BaseException | None = None
         try:
-            received = self._receive(None)
+            received = self._receive(timeout)
         except (PeerGone, WireError, OSError) as error:
             received, gone = None, error
         finally:
@@ -452,7 +460,8 @@ class WorkerConnection:
                 return
         except WireError as error:
             gone = error
-        self._break(f"the connection to tritonserver's backend broke: {gone}")
+        if gone is not None:  # (else nothing came within the timeout)
+            self._break(f"the connection to tritonserver's backend broke: {gone}")
 
     def _break(self, message: str) -> None:
         """End every call and the connection (hold the lock): the worker sees it closed and waits for another."""
@@ -484,15 +493,3 @@ class WorkerConnection:
             head = wire.encode_message(_header((KIND_CONTROL, 0, 0, seq, 0, 0, 0, 0, 0)), meta, end)
             self.link.send([head, *(content for _, content in files)])
         return self.next_answer(seq, call_id)
-
-
-class _BatchCancellation:
-    """The requests of one batch ask their connection about that batch only."""
-
-    __slots__ = ("_connection", "_seq")
-
-    def __init__(self, connection: WorkerConnection, seq: int):
-        self._connection, self._seq = connection, seq
-
-    def cancelled(self) -> set[int]:
-        return self._connection.cancelled_in(self._seq)

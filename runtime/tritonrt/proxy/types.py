@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -10,13 +10,25 @@ import numpy as np
 
 from tritonrt.constants import SEQUENCE_END, SEQUENCE_START
 
-__all__ = ["Cancellation", "Request", "Requests", "Response", "Responses"]
+__all__ = ["BatchCancellation", "Cancellation", "Request", "Requests", "Response", "Responses"]
 
 
 class Cancellation(Protocol):
     """Where a request learns of its cancellation: the indices, in its batch, of the requests cancelled so far."""
 
     def cancelled(self) -> set[int]: ...
+
+
+class BatchCancellation:
+    """The requests of one batch ask their connection about that batch only: ``cancelled_in(seq)``."""
+
+    __slots__ = ("_cancelled_in", "_seq")
+
+    def __init__(self, cancelled_in: Callable[[int], set[int]], seq: int):
+        self._cancelled_in, self._seq = cancelled_in, seq
+
+    def cancelled(self) -> set[int]:
+        return self._cancelled_in(self._seq)
 
 
 class Request(MutableMapping[str, np.ndarray]):
