@@ -33,7 +33,7 @@ CHECKOV_VENV := .venv-checkov
 PYTRITON_VENV := bench/.venv-pytriton
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install-server deploy-tools rust-toolchain pytriton test test-setup test-extra-pythons lint lock demo bench gpu-pack gpu-check clean
+.PHONY: help venv install-server deploy-tools rust-toolchain pytriton test test-setup test-extra-pythons lint lock demo bench chaos gpu-pack gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-15s %s\n", $$1, $$2}'
@@ -167,6 +167,10 @@ bench: install-server pytriton  ## proxy overhead, a CPU-bound model, a BLS pipe
 	$(PY) bench/run.py
 	$(PY) bench/cpu_bound.py
 	$(PY) bench/pipeline.py
+
+# CHAOS_ARGS: --duration 1800 for the 30-minute soak; --interval, --window, --clients, --faults (python bench/chaos.py -h).
+chaos: install-server  ## a service with worker processes under checked HTTP+gRPC load while faults come in turn (60 s)
+	$(PY) bench/chaos.py $(CHAOS_ARGS)
 
 # The GPU check's carry folder: what a GPU machine without network needs (make gpu-pack writes it, < 60 MiB).
 GPU_CARRY ?= build/gpu-carry
