@@ -215,3 +215,20 @@ def test_restarts_past_the_budget_end_serve_with_a_failure(new_triton, recoverie
     assert not serve.is_alive(), "serve() did not return after the restarts were used up"
     assert "server_restarts=1" in server.triton.failure and "SIGKILL" in server.triton.failure
     assert not server.triton.is_alive()
+
+
+def test_a_server_that_served_healthily_is_restarted_at_once_uncounted(new_triton, recoveries):
+    """One crashing request after another healthy run each (healthy_s=0: every run counts as healthy, as a crash
+    a minute does with the default 30 s): with server_restarts=1, the third crash is restarted too."""
+    server = serving(new_triton, RecoveryPolicy(server_restarts=1, healthy_s=0, **FAST))
+    serve = threading.Thread(target=server.triton.serve, kwargs={"monitoring_period_sec": 0.2}, daemon=True)
+    serve.start()
+    for count in (1, 2, 3):
+        assert post(server, json.dumps(ABORT)) is None, "the request was expected to crash tritonserver"
+        recoveries.wait_recovered(count)
+        assert_serves(server)
+        server.close_clients()
+    assert server.triton.is_alive() and server.triton.failure is None
+    assert sum("restarting tritonserver at once (it served" in message for _, message in recoveries.faults) == 3
+    server.triton.stop()
+    serve.join(RECOVERY_WAIT_S)
