@@ -138,6 +138,11 @@ def paired(runs: list[Figures], base: list[Figures]) -> list[float]:
     return sorted(run["rps"] / other["rps"] for run, other in zip(runs, base, strict=True))
 
 
+def roles_cell(values: list[float], sign: str) -> str:
+    """``total = tritonserver / workers / python``, in whole microseconds (``sign`` "+": signed)."""
+    return f"{sum(values):{sign}6.0f} = " + " / ".join(f"{value:{sign}5.0f}" for value in values)
+
+
 def verdict(ratio: float) -> str:
     if ratio >= STRETCH:
         return f"met, stretch {STRETCH:g}x met"
@@ -171,17 +176,19 @@ def print_table(results: Results, names: list[str], args: argparse.Namespace) ->
                 f"{median(pipe, 'p50'):7.3f} | {median(ident, 'rps'):14.0f} | {cost:10.2f} | {ratio:>28}"
             )
     print()
-    print("CPU us per request, medians: pipeline total = tritonserver / stubs or worker processes / serving python;")
-    print("identity total; pipeline minus identity (what the BLS call and the second model cost in CPU)")
+    print("CPU us per request, medians, total = tritonserver / stubs or worker processes / serving python: the")
+    print("pipeline, identity alone, and their difference (what the BLS call and the second model cost)")
     for protocol, label, connections in keys:
         for name in names:
             pipe = results[(protocol, label, connections, name, "pipeline")]
             ident = results[(protocol, label, connections, name, "identity")]
-            roles = " / ".join(f"{median(pipe, f'cpu_{role}_us'):5.0f}" for role in ROLES)
-            total, alone = median(pipe, "cpu_us"), median(ident, "cpu_us")
+            by_pipe = [median(pipe, f"cpu_{role}_us") for role in ROLES]
+            by_ident = [median(ident, f"cpu_{role}_us") for role in ROLES]
+            delta = [a - b for a, b in zip(by_pipe, by_ident, strict=True)]
+            cells = [roles_cell(by_pipe, ""), roles_cell(by_ident, ""), roles_cell(delta, "+")]
             print(
-                f"  {protocol:5} {label:7} x{connections:<3} {name:16} pipeline {total:6.0f} = {roles} | "
-                f"identity {alone:6.0f} | BLS {total - alone:+6.0f}"
+                f"  {protocol:5} {label:7} x{connections:<3} {name:16} pipeline {cells[0]} | identity {cells[1]} | "
+                f"BLS {cells[2]}"
             )
     print()
     print(
