@@ -35,7 +35,7 @@ Command line::
 
 Before its first request the client waits for the model to be ready (``init_timeout_s``) and says so on
 the ``tritonrt.client`` logger (the command line prints it): a model still loading is waited for, but where
-nothing listens at the URL at all it gives up after ``unreachable_timeout_s`` (5 s).
+nothing listens at the URL at all it gives up after ``unreachable_timeout_s`` (3 s).
 
 A service started with ``{{ cookiecutter.package | upper }}_REQUIRE_TOKEN=true`` needs its access token:
 ``Client(url, access_token=...)``; the command line reads it from the variable
@@ -78,7 +78,7 @@ DEFAULT_URL = "http://localhost:8000"
 TOKEN_VARIABLE = "{{ cookiecutter.package | upper }}_ACCESS_TOKEN"
 # Where nothing listens at the URL (every connection refused), the client gives up after this long instead of
 # waiting init_timeout_s: a server that is not there is not a model still loading.
-UNREACHABLE_TIMEOUT_S = 5.0
+UNREACHABLE_TIMEOUT_S = 3.0
 {%- if batching %}
 # predict_batch sends more samples than spec.MAX_BATCH_SIZE in batches of that size, this many at once.
 PARALLEL_BATCHES = 4
