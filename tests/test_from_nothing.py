@@ -1,9 +1,13 @@
-"""A generated project tests itself from nothing, on the Python it is given.
+"""A generated project tests itself from nothing, on the Python it is given: what its README tells a user.
 
 Bakes the defaults and runs ``make test PYTHON=<Python 3.10>`` in the fresh project: make creates
 ``.venv`` with that interpreter, installs the runtime, the service and its dev tools from the package
-index, then runs the unit tests named in ``PYTEST_ARGS``. A second ``make test`` installs nothing, and
-``make install PYTHON=<Python 3.12>`` makes ``.venv`` again with 3.12.
+index (within the lock), then runs every test but the container tests (the image's: tests/test_container.py
+runs them on the stand-in bases), in that ``.venv`` alone: unit, integration against tritonserver, k8s with
+the tools ``make deploy-tools`` installs. A second ``make test`` installs nothing, and
+``make install PYTHON=<Python 3.12>`` makes ``.venv`` again with 3.12. The newest Python, 3.14, does the
+same ``make test`` from nothing: the host's python3.14, or Debian forky's in ``.ci/forky``'s chroot (the one
+``make test-setup`` builds for the runtime's tests), where the k8s tests' tools are not: they ran on 3.10.
 
 Without cargo: on a PATH that has no cargo, rustc or apt-get (``TRITONRT_NO_APT=1`` too: as root,
 ``debian_cargo.py ensure`` would install Debian's cargo), ``make install`` says what to run and installs
@@ -24,9 +28,15 @@ import subprocess
 import sys
 
 import pytest
-from conftest import bake
+from conftest import REPO_ROOT, bake
 
 UNIT_TESTS = "PYTEST_ARGS=tests/test_settings.py tests/test_model.py -p no:cacheprovider"
+# `make test` as the README runs it, but for the container tests (they build the image on the NGC base).
+ALL_BUT_CONTAINERS = 'PYTEST_ARGS=-m "not container" -p no:cacheprovider'
+# checkov for the k8s tests, from `make deploy-tools` (the generated tests read CHECKOV).
+CHECKOV = REPO_ROOT / ".venv-checkov" / "bin" / "checkov"
+# Where .ci/forky keeps its chroot (make test-setup builds it as root when the host has no python3.14).
+FORKY_ROOT = pathlib.Path(os.environ.get("FORKY_ROOT") or REPO_ROOT / "build" / "forky")
 
 
 def find_python(version: str) -> str | None:
@@ -64,10 +74,12 @@ def test_make_test_installs_first_with_the_python_it_is_given(tmp_path: pathlib.
     project = bake(tmp_path)
     assert not (project / ".venv").exists()
 
-    first = make(project, "test", f"PYTHON={python310}", UNIT_TESTS)
-    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    checkov = {"CHECKOV": str(CHECKOV)} if CHECKOV.exists() else {}
+    first = make(project, "test", f"PYTHON={python310}", ALL_BUT_CONTAINERS, **checkov)
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-4000:]
     assert "Installing first" in first.stdout
-    assert re.search(r"\b\d+ passed\b", first.stdout), first.stdout[-2000:]
+    passed = re.search(r"\b(\d+) passed\b", first.stdout)
+    assert passed and int(passed.group(1)) >= 100, first.stdout[-2000:]
     assert venv_version(project) == "3.10"
 
     again = make(project, "test", UNIT_TESTS)
@@ -78,6 +90,37 @@ def test_make_test_installs_first_with_the_python_it_is_given(tmp_path: pathlib.
     assert other.returncode == 0, other.stdout[-4000:] + other.stderr[-4000:]
     assert f"is not made with PYTHON={python312}: making it again" in other.stdout
     assert venv_version(project) == "3.12"
+
+
+@pytest.mark.bake
+@pytest.mark.timeout(3000)
+def test_make_test_from_nothing_on_the_newest_python() -> None:
+    python, runner = find_python("3.14"), []
+    if python is None:  # as make test runs the runtime's tests on 3.14: in forky's chroot
+        if os.geteuid() != 0 or not (FORKY_ROOT / ".installed").is_file():
+            pytest.skip("needs Python 3.14: python3.14 on PATH (or pyenv's), or as root the chroot of .ci/forky "
+                        "--build (make test-setup builds it)")  # fmt: skip
+        python, runner = "python3.14", [str(REPO_ROOT / ".ci" / "forky")]
+    # The chroot sees the repository (and ~/.cache, ~/.cargo), not /tmp: the project is baked under build/.
+    work = REPO_ROOT / "build" / "from-nothing-3.14"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        project = bake(work)
+        env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "FORKY_ROOT": str(FORKY_ROOT)}
+        # The k8s tests need kubectl, promtool, prometheus and checkov, which the chroot lacks; they ran on 3.10.
+        tests = 'PYTEST_ARGS=-m "not container and not k8s" -p no:cacheprovider'
+        result = subprocess.run([*runner, "make", "test", f"PYTHON={python}", tests], cwd=project, env=env,
+                                capture_output=True, text=True, timeout=2700)  # fmt: skip
+        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-4000:]
+        assert "Installing first" in result.stdout
+        passed = re.search(r"\b(\d+) passed\b", result.stdout)
+        assert passed and int(passed.group(1)) >= 100, result.stdout[-2000:]
+        version = subprocess.run([*runner, ".venv/bin/python", "-c", "import sys; print(sys.version_info[:2])"],
+                                 cwd=project, env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        assert version.stdout.strip() == "(3, 14)", version.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def path_without_cargo(directory: pathlib.Path) -> str:
