@@ -157,6 +157,24 @@ def test_lint_passes(project: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_lint_says_where_an_untyped_library_goes_and_that_fix_works(tmp_path: Path) -> None:
+    # A model's library without type information (joblib in the issue; cookiecutter here, installed and untyped)
+    # fails mypy with import-untyped: make lint says where to declare it, and declaring it there passes.
+    project = bake(tmp_path)
+    module = '"""Uses an untyped library."""\n\nimport cookiecutter\n\n__all__ = ["V"]\nV = cookiecutter.__version__\n'
+    (project / "src" / "my_service" / "untyped_user.py").write_text(module)
+    lint = ["make", "--no-print-directory", "lint", f"PY={sys.executable}"]
+    refused = subprocess.run(lint, cwd=project, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "[import-untyped]" in refused.stdout, refused.stdout + refused.stderr
+    assert "[[tool.mypy.overrides]]" in refused.stderr and "pyproject.toml" in refused.stderr, refused.stderr
+    pyproject = project / "pyproject.toml"
+    marked = '# No type information published.\nmodule = ["'
+    assert marked in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace(marked, marked + 'cookiecutter", "cookiecutter.*", "'))
+    fixed = subprocess.run(lint, cwd=project, capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+
+
 def test_make_help_lists_every_target(project: Path) -> None:
     result = subprocess.run(["make", "help"], cwd=project, capture_output=True, text=True, timeout=60)
     listed = re.findall(r"make (\S+)", result.stdout)
