@@ -108,8 +108,9 @@ def test_make_test_from_nothing_on_the_newest_python() -> None:
         project = bake(work)
         env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
         env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "FORKY_ROOT": str(FORKY_ROOT)}
-        # The k8s tests need kubectl, promtool, prometheus and checkov, which the chroot lacks; they ran on 3.10.
-        tests = 'PYTEST_ARGS=-m "not container and not k8s" -p no:cacheprovider'
+        # The k8s tests need kubectl, promtool, prometheus and checkov, which the chroot lacks; they ran on 3.10. So
+        # does the Python-backend model of models/: Triton's Python backend stub loads libpython3.11, not in forky.
+        tests = 'PYTEST_ARGS=-m "not container and not k8s" -k "not python_backend_model" -p no:cacheprovider'
         result = subprocess.run([*runner, "make", "test", f"PYTHON={python}", tests], cwd=project, env=env,
                                 capture_output=True, text=True, timeout=2700)  # fmt: skip
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-4000:]
