@@ -52,13 +52,17 @@ $(VENV)/.installed: runtime/pyproject.toml requirements-dev.txt
 install-server: venv  ## download tritonserver into the user cache (otherwise done on first use)
 	$(VENV)/bin/tritonrt install-server
 
-deploy-tools: $(CHECKOV_VENV)/.installed  ## the generated k8s tests' tools: promtool + prometheus (apt), checkov
-	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then :; \
+# HAProxy: the balancer of the generated rollout test (Debian's is in /usr/sbin, off a user's PATH).
+deploy-tools: $(CHECKOV_VENV)/.installed  ## the generated k8s tests' tools: promtool + prometheus, haproxy (apt), checkov
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && \
+		{ command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "Installing Debian's prometheus package (promtool, prometheus) for the k8s tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		echo "Installing Debian's prometheus (promtool, prometheus) and haproxy packages for the k8s tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus haproxy >/dev/null; \
 	else \
-		echo "promtool and prometheus not found: the k8s tests that need them skip (sudo apt-get install prometheus)" >&2; \
+		echo "promtool, prometheus or haproxy not found: the k8s tests that need them skip" \
+			"(sudo apt-get install prometheus haproxy)" >&2; \
 	fi
 	@command -v kubectl >/dev/null 2>&1 || echo "kubectl not found: the k8s tests skip (https://kubernetes.io/docs/tasks/tools/)" >&2
 

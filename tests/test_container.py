@@ -3,8 +3,10 @@
 Bakes the default project, builds (or reuses) the offline stand-in for the NGC base image
 (``docker/build_stand_in_base.py``), pins one package of the lock below the index's newest (the image must
 install the lock), fills the project's ``wheels/`` with ``make wheels`` and runs the project's own
-``tests/test_container.py`` and ``tests/test_k8s_kubelet.py`` (the image under the Kubernetes Deployment's
-settings; with kubectl) against an image built on the stand-in with no network.
+``tests/test_container.py``, ``tests/test_k8s_kubelet.py`` (the image under the Kubernetes Deployment's
+settings; with kubectl) and ``tests/test_rollout.py`` (a rolling replacement and a scale-up and down behind
+HAProxy under load, 0 requests lost; with kubectl and HAProxy) against an image built on the stand-in with no
+network.
 ``STAND_IN_SUITES`` picks the stand-ins, comma-separated: ``bookworm`` (Python 3.11), ``trixie`` (Python 3.13,
 numpy 2), or both, the default: the two ends of NGC's range. The stand-ins have no Python backend and no shared
 libpython: the generated image serves its model through tritonrt's own backend alone. The
@@ -65,6 +67,11 @@ def docker_answers() -> bool:
         return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def haproxy() -> str | None:
+    """HAProxy's path: on PATH, or Debian's /usr/sbin (off a user's PATH)."""
+    return shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
 
 
 def run_echoed(config: pytest.Config, command: list[str], **kwargs) -> tuple[int, str]:
@@ -188,8 +195,13 @@ def test_generated_container_tests_pass_on_the_stand_in_base(
 
     echo(pytestconfig, "generated container tests:")
     env = {**os.environ, "BASE_IMAGE": base, "PYTHONPATH": os.pathsep.join(["src", "runtime"])}
-    # The kubelet contract (the image under the Deployment's settings) renders deploy/k8s with kubectl.
-    files = ["tests/test_container.py"] + (["tests/test_k8s_kubelet.py"] if shutil.which("kubectl") else [])
+    # The kubelet contract (the image under the Deployment's settings) renders deploy/k8s with kubectl; the rollout
+    # test (a rolling replacement and a scale-up and down behind HAProxy, under load) needs HAProxy too, which
+    # make test-setup installs (under CI, a missing one fails the generated test: it says what to install).
+    k8s = ["tests/test_k8s_kubelet.py"] if shutil.which("kubectl") else []
+    if k8s and (haproxy() or os.environ.get("CI")):
+        k8s.append("tests/test_rollout.py")
+    files = ["tests/test_container.py", *k8s]
     command = [sys.executable, "-m", "pytest", *files, "-p", "no:cacheprovider", "-rs", "-v"]
     status, output = run_echoed(pytestconfig, command, cwd=project, env=env)
     summary = output.strip().splitlines()[-1]
