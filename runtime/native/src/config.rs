@@ -164,8 +164,10 @@ pub fn instance_index(instance_name: &str, count: usize) -> Result<usize, String
     match suffix.parse::<usize>() {
         Ok(index) if index < count => Ok(index),
         _ => Err(format!(
-            "instance {instance_name:?} has no index below the {count} inference callable(s) of this model: write one \
-             instance group of {count} instance(s) (Triton.bind with one callable per instance)"
+            "instance {instance_name:?} has no index below {count}: the model was bound with {count} inference \
+             callable(s), one per instance, so its workers serve at most {count} instance(s) of one instance group; \
+             ask for at most {count} (in a load with a config override too), or bind it with more callables \
+             (Triton.bind(name, [infer] * n, ...)) and restart"
         )),
     }
 }
