@@ -88,8 +88,7 @@ impl Calls for FakeCalls {
     }
 }
 
-fn infer(model_name: &str, call_id: u64, input: Tensor<'static>) -> Body<'static> {
-    let model_name: &'static str = Box::leak(model_name.to_string().into_boxed_str());
+fn infer(model_name: &'static str, call_id: u64, input: Tensor<'static>) -> Body<'static> {
     Body::Infer(Call {
         call_id,
         call_flags: 0,
