@@ -166,9 +166,10 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
 
-bench: install-server pytriton  ## proxy overhead, a CPU-bound model, a BLS pipeline: plain Python backend vs tritonrt (threads, processes) vs PyTriton
+bench: install-server pytriton  ## proxy overhead, the worker's CPU by step, a CPU-bound model, a BLS pipeline: plain Python backend vs tritonrt (threads, processes) vs PyTriton
 	bench/setup.sh
 	$(PY) bench/run.py
+	$(PY) bench/worker_steps.py
 	$(PY) bench/cpu_bound.py
 	$(PY) bench/pipeline.py
 
