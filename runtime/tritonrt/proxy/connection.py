@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -91,18 +91,7 @@ _ANSWERED = Closed("the request that made this call was answered before the call
 _GONE = Closed("the connection to tritonserver's backend closed before the call ended", wire.ERROR_UNAVAILABLE)
 
 
-class _MetaKey(NamedTuple):
-    """What a batch's decoded metadata depends on (see WorkerConnection._decoded)."""
-
-    meta: bytes
-    records: int  # the header's count
-    data_length: int
-    in_region: bool
-    in_peer_region: bool
-
-
 # NamedTuple's own constructor is Python code; tuple.__new__ builds the same object in C (the hot path).
-_meta_key = partial(tuple.__new__, _MetaKey)
 _header = partial(tuple.__new__, Header)
 
 
@@ -122,8 +111,10 @@ class WorkerConnection:
         self._poll_lock = threading.Lock()  # Request.is_cancelled may be asked from the callable's own threads
         self._open = False  # a batch was received and its final answer not sent yet
         self.trace_contexts: list[str] = []  # Triton's trace context of each request of the current batch
-        self._last_key: _MetaKey | None = None  # the last batch's metadata and header fields (see _decoded)
+        self._last_meta = b""  # the last batch's metadata, and the header fields its checks depended on (_decoded)
+        self._last_fields: tuple[int, int, int, bool, bool] | None = None
         self._last_decoded: list[RequestMeta] = []
+        self._last_traces: list[str] = []  # their trace contexts
         # Calls (BLS, see tritonrt.proxy.calls): the callable's threads send under _send_lock (after the batch's
         # state under _poll_lock, never the other way round), and read under _turn (one thread at a time).
         self.calls = CallTable()  # (guarded by _poll_lock)
@@ -239,7 +230,7 @@ class WorkerConnection:
         requests: list[Request] = []
         cancellation = BatchCancellation(self.cancelled_in, header.seq)
         decoded = self._decoded(header, buffer)
-        self.trace_contexts = [meta.trace_context for meta in decoded]
+        self.trace_contexts = self._last_traces
         for meta in decoded:
             inputs: dict[str, np.ndarray] = {}
             for name, dtype, location, offset, byte_length, shape in meta.inputs:
@@ -270,19 +261,13 @@ class WorkerConnection:
         """The batch's request records. Under steady traffic consecutive batches often carry the very same
         metadata (same inputs, shapes and offsets): it is decoded and checked once, then reused while its bytes
         and what its checks depended on (the header's count, data length and regions named) stay the same."""
-        key = _meta_key(
-            (
-                bytes(memoryview(buffer)[HEADER_SIZE : HEADER_SIZE + header.meta_length]),
-                header.count,
-                header.data_length,
-                header.region_id != 0,
-                header.peer_region_id != 0,
-            )
-        )
-        if key == self._last_key:
+        end = HEADER_SIZE + header.meta_length
+        fields = (end, header.count, header.data_length, header.region_id != 0, header.peer_region_id != 0)
+        if fields == self._last_fields and buffer.startswith(self._last_meta, HEADER_SIZE):  # (compares in place)
             return self._last_decoded
         decoded = decode_batch(header, buffer)
-        self._last_key, self._last_decoded = key, decoded
+        self._last_meta, self._last_fields, self._last_decoded = bytes(buffer[HEADER_SIZE:end]), fields, decoded
+        self._last_traces = [meta.trace_context for meta in decoded]
         return decoded
 
     # -- sending -----------------------------------------------------------------------------------------------

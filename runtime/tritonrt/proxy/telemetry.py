@@ -203,6 +203,8 @@ _UNTRACED = BatchSpans(None)  # shared by every untraced batch: entering and lea
 
 def request_spans(requests: Sequence[Any], trace_contexts: Sequence[str], model_name: str) -> BatchSpans:
     """The requests' spans (:func:`start_request_spans`) as a context manager for the callable's run."""
+    if _tracer is None:  # (the common case: no call to make)
+        return _UNTRACED
     spans = start_request_spans(requests, trace_contexts, model_name)
     return _UNTRACED if spans is None else BatchSpans(spans)
 
