@@ -3,14 +3,14 @@
 //! this backend; its responses' outputs are written by the server into buffers of our response allocator and
 //! queued, on Triton's threads, for the instance's thread (`execute::calls`).
 
-use std::alloc::{alloc, dealloc, Layout};
 use std::ffi::{c_char, c_void, CString};
 use std::ptr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
+use super::allocator::allocator;
 use super::api::{
-    api, Api, InferenceRequest, InferenceResponse, InferenceTrace, Parameter, ResponseAllocator, Server, TritonError,
-    MEMORY_CPU, PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
+    api, Api, InferenceRequest, InferenceResponse, InferenceTrace, Parameter, Server, TritonError, MEMORY_CPU,
+    PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
 };
 use super::text;
 use crate::dtype::DataType;
@@ -19,9 +19,6 @@ use crate::execute::{CallEvent, CallHandle, CallOutput, CallResponse, Calls, Eve
 use crate::wire::{
     self, Call, Control, Correlation, CONTROL_IS_READY, CONTROL_LOAD, CONTROL_UNLOAD, ERROR_INTERNAL, ERROR_UNSUPPORTED,
 };
-
-/// Buffers of the response allocator are aligned for any element type (and numpy's preference).
-const BUFFER_ALIGN: usize = 64;
 
 /// Triton's server, as `TRITONBACKEND_ModelServer` gives it.
 pub(super) struct TritonCalls {
@@ -39,7 +36,7 @@ impl TritonCalls {
 }
 
 /// An optional function of the API, or an error naming it.
-fn need<T>(function: Option<T>, name: &str) -> Result<T, Error> {
+pub(super) fn need<T>(function: Option<T>, name: &str) -> Result<T, Error> {
     function.ok_or_else(|| {
         Error::new(
             ERROR_UNSUPPORTED,
@@ -49,7 +46,7 @@ fn need<T>(function: Option<T>, name: &str) -> Result<T, Error> {
 }
 
 /// A Triton error returned to us: its code and message (the error deleted).
-fn taken(error: *mut TritonError) -> Result<(), Error> {
+pub(super) fn taken(error: *mut TritonError) -> Result<(), Error> {
     if error.is_null() {
         return Ok(());
     }
@@ -178,77 +175,6 @@ impl CallResponse for TritonResponse {
         }
         Ok(outputs)
     }
-}
-
-unsafe extern "C" fn allocate(
-    _allocator: *mut ResponseAllocator,
-    _name: *const c_char,
-    byte_size: usize,
-    _memory_type: u32,
-    _memory_type_id: i64,
-    _userp: *mut c_void,
-    buffer: *mut *mut c_void,
-    buffer_userp: *mut *mut c_void,
-    actual_memory_type: *mut u32,
-    actual_memory_type_id: *mut i64,
-) -> *mut TritonError {
-    let address = match Layout::from_size_align(byte_size, BUFFER_ALIGN) {
-        Ok(layout) if byte_size > 0 => {
-            // SAFETY: a layout of non-zero size.
-            unsafe { alloc(layout) }
-        }
-        _ => ptr::null_mut(),
-    };
-    if byte_size > 0 && address.is_null() {
-        let message =
-            CString::new(format!("tritonrt: cannot allocate {byte_size} bytes for a call's output")).expect("no NUL");
-        // SAFETY: ErrorNew copies the message.
-        return unsafe { (api().error_new)(ERROR_INTERNAL as u32, message.as_ptr()) };
-    }
-    // SAFETY: Triton passes valid out-pointers.
-    unsafe {
-        *buffer = address.cast();
-        *buffer_userp = ptr::null_mut();
-        *actual_memory_type = MEMORY_CPU;
-        *actual_memory_type_id = 0;
-    }
-    ptr::null_mut()
-}
-
-unsafe extern "C" fn release(
-    _allocator: *mut ResponseAllocator,
-    buffer: *mut c_void,
-    _buffer_userp: *mut c_void,
-    byte_size: usize,
-    _memory_type: u32,
-    _memory_type_id: i64,
-) -> *mut TritonError {
-    if !buffer.is_null() && byte_size > 0 {
-        let layout = Layout::from_size_align(byte_size, BUFFER_ALIGN).expect("allocated with this layout");
-        // SAFETY: `buffer` came from `allocate` with this very size and alignment, and is released once.
-        unsafe { dealloc(buffer.cast(), layout) };
-    }
-    ptr::null_mut()
-}
-
-/// The one response allocator of the process (created on first use, never deleted: it lives with the server).
-fn allocator(api: &Api) -> Result<*mut ResponseAllocator, Error> {
-    static ALLOCATOR: OnceLock<usize> = OnceLock::new();
-    if let Some(&address) = ALLOCATOR.get() {
-        return Ok(address as *mut ResponseAllocator);
-    }
-    let new = need(api.allocator_new, "TRITONSERVER_ResponseAllocatorNew")?;
-    let mut created = ptr::null_mut();
-    // SAFETY: the callbacks have the allocator's signatures (checked by tests/abi.rs); no start function.
-    taken(unsafe { new(&mut created, allocate, release, None) })?;
-    let address = *ALLOCATOR.get_or_init(|| created as usize);
-    if address != created as usize {
-        if let Some(delete) = api.allocator_delete {
-            // SAFETY: ours, never used (another thread's allocator won the race).
-            let _ = taken(unsafe { delete(created) });
-        }
-    }
-    Ok(address as *mut ResponseAllocator)
 }
 
 unsafe extern "C" fn request_released(request: *mut InferenceRequest, flags: u32, userp: *mut c_void) {

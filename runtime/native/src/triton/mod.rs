@@ -1,6 +1,7 @@
 //! The FFI layer: Triton's C API (`api`), the exported backend entry points (`entry`), Triton's requests as
 //! a `Batch` (`requests`) and Triton's custom metrics (`metrics`). All `unsafe` code that touches Triton's objects lives here.
 
+mod allocator;
 pub mod api;
 mod calls;
 mod entry;
