@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,15 +19,16 @@ from {{ cookiecutter.package }} import model, service
 
 _DELAY_S = float(os.environ.get("SLOW_SERVICE_BATCH_S", "0.1"))
 _MARKS = os.environ.get("SLOW_SERVICE_MARKS")
-_predict = model.Model.predict
+_predict: Callable[..., dict[str, np.ndarray]] = model.Model.predict  # (any signature: see below)
 
 
-def _slow_predict(self: model.Model, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+def _slow_predict(self: model.Model, *args: np.ndarray, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+    # (positional and keyword inputs alike: a swapped-in model's predict may take either)
     if _MARKS:
         with open(_MARKS, "a") as marks:
             marks.write("batch\n")
     time.sleep(_DELAY_S)
-    return _predict(self, **inputs)
+    return _predict(self, *args, **inputs)
 
 
 if __name__ == "__main__":
