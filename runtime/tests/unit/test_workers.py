@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import sys
+import threading
 import types
 
 import pytest
 
 from tritonrt.exceptions import PyTritonValidationError
-from tritonrt.models.instance import CallSlot, CallState
+from tritonrt.models.instance import CallSlot, CallState, RunningCall
+from tritonrt.models.watchdog import Watchdog
 from tritonrt.models.worker_process import WorkerExit
 from tritonrt.models.workers import (
     WorkerInfo,
@@ -97,6 +100,50 @@ def test_the_call_slot_is_shared_with_a_forked_process():
     os.waitpid(pid, 0)
     running = slot.read()
     assert (running.state, running.seq) == (CallState.CALLING, 42) and running.elapsed_s >= 0
+
+
+def test_a_write_caught_half_done_is_not_read_as_a_batch_running_since_the_last_write():
+    # A worker interrupted while it marks a new batch CALLING: the state is new, the time still that of its last
+    # write (long ago, after an idle hour). Read as a whole, that was a batch past any execution timeout.
+    slot = CallSlot()
+    slot.set(CallState.IDLE, 7)
+    (version,) = struct.unpack_from("<Q", slot._memory, 0)
+    struct.pack_into("<Q", slot._memory, 0, version + 1)  # the version is odd while a write is under way
+    struct.pack_into("<I", slot._memory, 8, CallState.CALLING)
+    struct.pack_into("<Q", slot._memory, 24, 0)  # since: the clock's start, hours ago
+    assert slot.read().state is not CallState.CALLING
+    slot.set(CallState.CALLING, 8)  # the write completes
+    running = slot.read()
+    assert (running.state, running.seq) == (CallState.CALLING, 8) and running.elapsed_s < 60
+
+
+class _ScriptedInstance:
+    """An instance whose slot reads the given calls in turn (then IDLE), and that records what the watchdog expires."""
+
+    def __init__(self, reads: list[RunningCall]):
+        self.slot, self._reads, self.expired, self.done = self, list(reads), [], threading.Event()
+
+    def read(self) -> RunningCall:
+        if not self._reads:
+            self.done.set()
+            return RunningCall(CallState.IDLE, 0, 0.0)
+        return self._reads.pop(0)
+
+    def expire(self, running: RunningCall, timeout_s: float) -> None:
+        self.expired.append(running.seq)
+
+
+def test_the_watchdog_expires_a_batch_seen_past_the_timeout_twice_in_a_row():
+    late, later, other = (RunningCall(CallState.CALLING, seq, 10.0) for seq in (1, 1, 2))
+    idle = RunningCall(CallState.IDLE, 0, 0.0)
+    once = _ScriptedInstance([late, idle, other, idle])  # each overdue look alone: a torn read, never expired
+    twice = _ScriptedInstance([late, later])
+    watchdog = Watchdog("m", [once, twice], timeout_s=0.05)  # type: ignore[list-item]
+    try:
+        assert once.done.wait(10) and twice.done.wait(10)
+    finally:
+        watchdog.close()
+    assert (once.expired, twice.expired) == ([], [1])
 
 
 def test_a_worker_end_names_the_model_the_instance_and_the_signal():

@@ -42,7 +42,11 @@ __all__ = [
     "batch_error",
 ]
 
-_SLOT = struct.Struct("<IIQQ")  # state, batch flags, seq, since (CLOCK_MONOTONIC ns, the same in every process)
+# The slot: a version (odd while being written), then state, batch flags, seq and since (CLOCK_MONOTONIC ns, the same
+# in every process). The version lets a reader in another process tell a whole write from one half done (a seqlock).
+_VERSION = struct.Struct("<Q")
+_FIELDS = struct.Struct("<IIQQ")
+_READ_TRIES = 100
 
 
 class CallState(enum.IntEnum):
@@ -65,17 +69,33 @@ class RunningCall:
 
 
 class CallSlot:
-    """The batch an instance's worker serves, in memory shared with the worker process (forks keep it)."""
+    """The batch an instance's worker serves, in memory shared with the worker process (forks keep it). One process
+    writes it at a time (the worker; its owner only before the worker starts or after it ended); any reads it."""
 
     def __init__(self) -> None:
-        self._memory = mmap.mmap(-1, _SLOT.size)  # anonymous and shared: a forked worker writes, the owner reads
+        # anonymous and shared: a forked worker writes, the owner reads
+        self._memory = mmap.mmap(-1, _VERSION.size + _FIELDS.size)
+        self.reset()
 
     def set(self, state: CallState, seq: int, flags: int = 0) -> None:
-        _SLOT.pack_into(self._memory, 0, state, flags, seq, time.monotonic_ns())
+        (version,) = _VERSION.unpack_from(self._memory, 0)
+        version |= 1  # odd: a write is under way (already odd: a writer died mid-write)
+        _VERSION.pack_into(self._memory, 0, version)
+        _FIELDS.pack_into(self._memory, _VERSION.size, state, flags, seq, time.monotonic_ns())
+        _VERSION.pack_into(self._memory, 0, version + 1)
 
     def read(self) -> RunningCall:
-        state, flags, seq, since = _SLOT.unpack_from(self._memory, 0)
-        return RunningCall(CallState(state), seq, (time.monotonic_ns() - since) / 1e9, flags)
+        """The slot as one write left it. A reader that caught a write half done (a new state with the time of
+        the last, once seen as a batch running for as long as the instance had been idle) reads again; while the
+        writer stays interrupted mid-write, the slot reads as REPLYING, which nothing expires."""
+        memory = self._memory
+        for _ in range(_READ_TRIES):
+            (before,) = _VERSION.unpack_from(memory, 0)
+            state, flags, seq, since = _FIELDS.unpack_from(memory, _VERSION.size)
+            (after,) = _VERSION.unpack_from(memory, 0)
+            if before == after and not before & 1:
+                return RunningCall(CallState(state), seq, (time.monotonic_ns() - since) / 1e9, flags)
+        return RunningCall(CallState.REPLYING, 0, 0.0)
 
     def reset(self) -> None:
         self.set(CallState.IDLE, 0)

@@ -1,8 +1,8 @@
 """The execution timeout: a batch that runs longer than the model's timeout is failed, and its worker dealt with.
 
 One daemon thread per model with a timeout reads each instance's :class:`~tritonrt.models.instance.CallSlot`
-a few times a second; past the timeout it calls the instance's ``expire`` (a worker process is killed and
-replaced; a worker thread, which cannot be stopped, stops the service).
+a few times a second; a batch seen past the timeout at two looks in a row is expired with the instance's
+``expire`` (a worker process is killed and replaced; a worker thread, which cannot be stopped, stops the service).
 """
 
 from __future__ import annotations
@@ -34,8 +34,13 @@ class Watchdog:
             self._thread.join(timeout=1)
 
     def _run(self) -> None:
+        overdue: dict[int, int] = {}  # instance -> the batch seen past the timeout at the last look
         while not self._closed.wait(self._period_s):
-            for instance in self._instances:
+            for index, instance in enumerate(self._instances):
                 running = instance.slot.read()
-                if running.state is CallState.CALLING and running.elapsed_s > self.timeout_s:
+                if running.state is not CallState.CALLING or running.elapsed_s <= self.timeout_s:
+                    overdue.pop(index, None)
+                elif overdue.get(index) != running.seq:
+                    overdue[index] = running.seq  # expired at the next look if still running: never on one read
+                else:
                     instance.expire(running, self.timeout_s)
