@@ -31,7 +31,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +42,7 @@ import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from faults import free_ports  # (bench/: the fault drills' helper, run from this folder as a script)
 from tritonclient.utils import InferenceServerException
 
 MODEL = "chaos"
@@ -104,16 +104,6 @@ class Outcomes:
     def add(self, at: float, outcome: str, message: str = "") -> None:
         with self.lock:
             self.records.append((at, outcome, message))
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def infer(protocol: str, url: str, x: np.ndarray, timeout_s: float = 120.0) -> np.ndarray:
