@@ -38,6 +38,7 @@ from tritonrt.proxy.outgoing import (
     ErrorResponse,
     Outgoing,
     encode_records,
+    inline_answer,
     lay_out_inline,
     metrics_messages,
     sort_outgoing,
@@ -278,13 +279,22 @@ class WorkerConnection:
         time, in a stream). The list is consumed. With ``final``, the answer to the batch is complete: the caller
         holds no reference to the batch's requests and inputs any more, so that this side can tell the backend
         whether the callable kept views of its region."""
-        answer = sort_outgoing(
-            responses, self.settings.inline_threshold, self._peer
-        )  # (what it held of the callable's arrays is gone with its locals)
-        parts, inline_end = lay_out_inline(answer.inline)
+        # (What sort_outgoing and inline_answer held of the callable's arrays is gone with their locals.)
+        simple = inline_answer(responses, self.settings.inline_threshold, self._peer)
+        answer = None
+        if simple is None:
+            answer = sort_outgoing(responses, self.settings.inline_threshold, self._peer)
+            parts, inline_end = lay_out_inline(answer.inline)
+            count = len(answer.records)
+        else:
+            meta, parts, inline_end = simple
+            count = 1
         with self._send_lock:  # (the callable's threads may send calls meanwhile, into the same region)
-            region, announce = self._lay_out(answer.regional) if answer.regional else (None, False)
-            meta = encode_records(answer.records)
+            region, announce = None, False
+            if answer is not None:
+                if answer.regional:
+                    region, announce = self._lay_out(answer.regional)
+                meta = encode_records(answer.records)
             flags = (FLAG_FINAL if final else 0) | (FLAG_NEW_REGION if announce else 0)
             if final:
                 self._close_batch()
@@ -296,7 +306,7 @@ class WorkerConnection:
             new_region = region if announce else None
             peer = self._peer
             header = _header((
-                KIND_REPLY, flags, len(answer.records), seq, new_region.size if new_region is not None else 0,
+                KIND_REPLY, flags, count, seq, new_region.size if new_region is not None else 0,
                 region.id if region is not None else 0, peer.id if peer is not None else 0, 0, 0,
             ))  # fmt: skip
             parts[0] = head = wire.encode_message(header, meta, inline_end)

@@ -39,6 +39,7 @@ __all__ = [
     "Record",
     "as_sent",
     "encode_records",
+    "inline_answer",
     "lay_out_inline",
     "metrics_messages",
     "sort_outgoing",
@@ -135,6 +136,38 @@ def sort_outgoing(
         records.append(outputs)
     responses.clear()
     return _answer((records, inline, regional))
+
+
+def inline_answer(
+    responses: list[Any], threshold: int, peer: PeerRegion | None
+) -> tuple[bytearray, list[bytes | np.ndarray | None], int] | None:
+    """The common reply in one pass: a single response, a dict of arrays that all travel inline as they are
+    (numeric little-endian, contiguous, under ``threshold`` bytes, no view of the ``peer``'s region): its
+    metadata, the message's parts after its head (as :func:`lay_out_inline` makes them) and the inline data's
+    length, the same bytes as :func:`sort_outgoing`, :func:`lay_out_inline` and :func:`encode_records` make.
+    None, with ``responses`` untouched, for any other reply; else consumes ``responses``."""
+    if len(responses) != 1 or type(response := responses[0]) is not dict:
+        return None
+    peer_base: object = peer.base if peer is not None else _NO_REGION
+    meta = bytearray(RESPONSE_LAYOUT.pack(STATUS_OUTPUTS, 0, 0, len(response)))
+    parts: list[bytes | np.ndarray | None] = [b""]
+    end = 0
+    for name, array in response.items():
+        if type(array) is not np.ndarray or type(name) is not str:
+            return None
+        code, size = SENT_AS_IS.get(array.dtype), array.nbytes
+        if code is None or size >= threshold or array.base is peer_base or not array.flags.c_contiguous:
+            return None
+        offset = 0
+        if size:
+            offset = -(-end // DATA_ALIGN) * DATA_ALIGN  # (align(), inline: each output's run starts aligned)
+            if offset > end:
+                parts.append(_PADDING[: offset - end])
+            parts.append(array)
+            end = offset + size
+        wire.pack_tensor(meta, name.encode(), code, LOCATION_INLINE, offset, size, array.shape)
+    responses.clear()
+    return meta, parts, end
 
 
 def as_sent(array: np.ndarray) -> tuple[np.ndarray, int]:
