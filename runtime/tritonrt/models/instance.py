@@ -47,6 +47,7 @@ __all__ = [
 _VERSION = struct.Struct("<Q")
 _FIELDS = struct.Struct("<IIQQ")
 _READ_TRIES = 100
+_STATE_AT = _VERSION.size  # the state's low byte (the only one a state uses)
 
 
 class CallState(enum.IntEnum):
@@ -83,6 +84,11 @@ class CallSlot:
         _VERSION.pack_into(self._memory, 0, version)
         _FIELDS.pack_into(self._memory, _VERSION.size, state, flags, seq, time.monotonic_ns())
         _VERSION.pack_into(self._memory, 0, version + 1)
+
+    def mark(self, state: CallState) -> None:
+        """Change the state alone, the batch and its start time kept (a reply under way, or sent): one byte stored,
+        which a reader sees whole; with either state the slot is one that a write left, so no version is needed."""
+        self._memory[_STATE_AT] = state
 
     def read(self) -> RunningCall:
         """The slot as one write left it. A reader that caught a write half done (a new state with the time of
@@ -125,9 +131,12 @@ class TrackedConnection(WorkerConnection):
     def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
         with self._lock:
             self._check_open()
-            self.slot.set(CallState.REPLYING, seq)
+            self.slot.mark(CallState.REPLYING)  # (the same batch: seq and flags stay)
             super().reply(seq, responses, final=final)
-            self.slot.set(CallState.IDLE if final else CallState.CALLING, seq)
+            if final:
+                self.slot.mark(CallState.IDLE)
+            else:
+                self.slot.set(CallState.CALLING, seq)  # (a stream's next step: its time anew)
 
     def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
         with self._lock:
