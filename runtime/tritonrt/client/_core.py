@@ -26,6 +26,7 @@ from tritonrt.client._arguments import (
     remove_batch_axis,
     require_batching,
 )
+from tritonrt.client._retry import RetryCount
 from tritonrt.client._tracing import add_trace_headers
 from tritonrt.client._transport import InferRequest, TritonUrl, grpc_only_error
 from tritonrt.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
@@ -182,12 +183,20 @@ class TransportClient(ClientBase):
         self._model_config = model_config
         self._model_ready = model_config is not None and not ensure_model_is_ready
         self._generation = 0  # counts _forget_model calls: a wait that began before one does not store its result
+        self._retries = RetryCount()
         self._open()
         self._closed = False
         self._opened()
 
     def _known_model_config(self) -> TritonModelConfig | None:
         return self._model_config
+
+    @property
+    def retried_requests(self) -> int:
+        """(tritonrt's own) How many requests this client sent a second time, on a new connection, because a
+        server refused them without running them (a server that is stopping: its model unloaded, the connection
+        closed or reset, gRPC UNAVAILABLE); see "Requests refused by a stopping server" in the runtime README."""
+        return self._retries.value
 
     def _open(self) -> None:
         """Make ``self._transport`` and ``self._first_wait`` (the shared wait for readiness and the config)."""

@@ -22,6 +22,7 @@ import tritonclient.grpc
 import tritonclient.grpc.aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from tritonrt.client._slots import ClientSlot
 from tritonrt.client._transport import (
     AsyncTransportBase,
     InferRequest,
@@ -79,6 +80,25 @@ def streamed_outputs(result: Any, error: Any, *, url: TritonUrl, model: str) -> 
     return grpc_outputs(result) if result.get_response().outputs else None
 
 
+def channel_args(own_connections: bool) -> list[tuple[str, Any]] | None:
+    """tritonclient's channel options (None: its defaults), with ``own_connections`` plus a subchannel pool of
+    the channel's own: gRPC otherwise shares one connection between the channels of a process that name the
+    same server, so a new channel would reuse the very connection (pinned to a stopping server behind a
+    connection balancer) that it is made to replace."""
+    if not own_connections:
+        return None
+    keepalive = tritonclient.grpc.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", tritonclient.grpc.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", tritonclient.grpc.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+
+
 def stream_timeout_error(url: TritonUrl, timeout: float) -> PyTritonClientTimeoutError:
     """The error for a streamed response that did not come within ``timeout``."""
     return timeout_error(url, "Waiting for a streamed response", timeout, "inference_timeout_s")
@@ -90,15 +110,22 @@ class GrpcTransport:
     def __init__(self, url: TritonUrl, auth_headers: Mapping[str, str]):
         self.url = url
         self._auth_headers = dict(auth_headers)
-        self._client = tritonclient.grpc.InferenceServerClient(url.without_scheme)
+        self._slot: ClientSlot[tritonclient.grpc.InferenceServerClient] = ClientSlot(
+            self._new_client, lambda client: client.close()
+        )
+
+    def _new_client(self) -> tritonclient.grpc.InferenceServerClient:
+        """A client on a new channel; after a :meth:`reconnect`, with connections of its own."""
+        own = self._slot.generation > 0
+        return tritonclient.grpc.InferenceServerClient(self.url.without_scheme, channel_args=channel_args(own))
 
     def is_server_live(self, timeout: float) -> bool:
         """True when the server answers its liveness probe."""
-        return bool(self._call("Liveness check", "", timeout, self._client.is_server_live))
+        return bool(self._call("Liveness check", "", timeout, "is_server_live"))
 
     def is_server_ready(self, timeout: float) -> bool:
         """True when the server says it is ready."""
-        return bool(self._call("Readiness check", "", timeout, self._client.is_server_ready))
+        return bool(self._call("Readiness check", "", timeout, "is_server_ready"))
 
     def is_model_ready(self, model_name: str, model_version: str | None, timeout: float) -> bool:
         """True when the model (version) is loaded and ready."""
@@ -107,7 +134,7 @@ class GrpcTransport:
                 "Model readiness check",
                 model_name,
                 timeout,
-                self._client.is_model_ready,
+                "is_model_ready",
                 model_name,
                 model_version or "",
             )
@@ -119,7 +146,7 @@ class GrpcTransport:
             "Reading the model repository index",
             "",
             timeout,
-            self._client.get_model_repository_index,
+            "get_model_repository_index",
             as_json=True,
         )
         entries: list[dict[str, Any]] = index.get("models", [])
@@ -131,7 +158,7 @@ class GrpcTransport:
             "Reading the model config",
             model_name,
             timeout,
-            self._client.get_model_config,
+            "get_model_config",
             model_name,
             model_version or "",
             as_json=True,
@@ -147,7 +174,7 @@ class GrpcTransport:
             "Loading the model",
             model_name,
             timeout,
-            self._client.load_model,
+            "load_model",
             model_name,
             config=config,
             files=dict(files) if files else None,
@@ -155,7 +182,7 @@ class GrpcTransport:
 
     def unload_model(self, model_name: str, timeout: float) -> None:
         """Ask the server to unload the model."""
-        self._call("Unloading the model", model_name, timeout, self._client.unload_model, model_name)
+        self._call("Unloading the model", model_name, timeout, "unload_model", model_name)
 
     def infer(self, request: InferRequest, timeout: float) -> Outputs:
         """Run one inference request and return its outputs by name."""
@@ -163,7 +190,7 @@ class GrpcTransport:
             "Inference",
             request.model_name,
             timeout,
-            self._client.infer,
+            "infer",
             extra_headers=request.headers,
             **grpc_request(request),
         )
@@ -173,9 +200,10 @@ class GrpcTransport:
         """Send one request over a gRPC stream and yield each response; ``timeout`` bounds each wait.
 
         tritonclient.grpc allows one stream per client, so each call opens its own client, closed when
-        the last response arrived or the caller stops iterating.
+        the last response arrived or the caller stops iterating (its channel shares the connection of the
+        process's other channels to the server, except after a :meth:`reconnect`).
         """
-        client = tritonclient.grpc.InferenceServerClient(self.url.without_scheme)
+        client = self._new_client()
         responses: queue.SimpleQueue[tuple[Any, InferenceServerException | None]] = queue.SimpleQueue()
         try:
             client.start_stream(
@@ -200,14 +228,26 @@ class GrpcTransport:
             client.stop_stream(cancel_requests=True)
             client.close()
 
-    def close(self) -> None:
-        """Close the channel."""
-        self._client.close()
+    @property
+    def generation(self) -> int:
+        """How many times :meth:`reconnect` opened a new channel."""
+        return self._slot.generation
 
-    def _call(self, action: str, model: str, timeout: float, method: Any, *args: Any, **kwargs: Any) -> Any:
+    def reconnect(self, generation: int) -> None:
+        """Open a new channel for the next calls, unless another call did since ``generation``; the old one is
+        closed once its calls in flight ended."""
+        self._slot.replace(generation)
+
+    def close(self) -> None:
+        """Close the channels."""
+        self._slot.close()
+
+    def _call(self, action: str, model: str, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the channel client's ``method`` with the headers and ``timeout``; errors as client exceptions."""
         headers = {**self._auth_headers, **(kwargs.pop("extra_headers", None) or {})}
         try:
-            return method(*args, headers=headers, client_timeout=timeout, **kwargs)
+            with self._slot.use() as (client, _):
+                return getattr(client, method)(*args, headers=headers, client_timeout=timeout, **kwargs)
         except InferenceServerException as error:
             raise call_error(error, url=self.url, action=action, model=model, timeout_s=timeout) from None
 
@@ -216,7 +256,8 @@ class AsyncGrpcTransport(AsyncTransportBase):
     """KServe v2 over gRPC with grpc.aio, including decoupled streaming; the asyncio twin of :class:`GrpcTransport`."""
 
     def _make_client(self) -> Any:
-        return tritonclient.grpc.aio.InferenceServerClient(self.url.without_scheme)
+        own = self.generation > 0  # after a reconnect(): connections of its own
+        return tritonclient.grpc.aio.InferenceServerClient(self.url.without_scheme, channel_args=channel_args(own))
 
     def _deadline(self, timeout: float) -> dict[str, float]:
         return {"client_timeout": timeout}
@@ -296,28 +337,29 @@ class AsyncGrpcTransport(AsyncTransportBase):
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield request_kwargs
 
-        try:  # stream_infer is a plain function returning an async iterator
-            responses = self.client.stream_infer(requests(), headers=self._headers(request.headers))
-        except InferenceServerException as refused:
-            raise from_tritonclient(refused, url=self.url, action="Inference", model=request.model_name) from None
-        try:
-            while True:
-                try:
-                    result, error = await asyncio.wait_for(anext(responses), timeout)
-                except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
-                    raise stream_timeout_error(self.url, timeout) from None
-                except StopAsyncIteration:
-                    return
-                except grpc.RpcError as rpc_error:
-                    raise server_error(
-                        str(rpc_error.details()),
-                        str(rpc_error.code()),
-                        url=self.url,
-                        action="Inference",
-                        model=request.model_name,
-                    ) from None
-                outputs = streamed_outputs(result, error, url=self.url, model=request.model_name)
-                if outputs is not None:
-                    yield outputs
-        finally:
-            responses.cancel()
+        async with self._slot.use() as (client, _):  # the channel stays open while the stream runs
+            try:  # stream_infer is a plain function returning an async iterator
+                responses = client.stream_infer(requests(), headers=self._headers(request.headers))
+            except InferenceServerException as refused:
+                raise from_tritonclient(refused, url=self.url, action="Inference", model=request.model_name) from None
+            try:
+                while True:
+                    try:
+                        result, error = await asyncio.wait_for(anext(responses), timeout)
+                    except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
+                        raise stream_timeout_error(self.url, timeout) from None
+                    except StopAsyncIteration:
+                        return
+                    except grpc.RpcError as rpc_error:
+                        raise server_error(
+                            str(rpc_error.details()),
+                            str(rpc_error.code()),
+                            url=self.url,
+                            action="Inference",
+                            model=request.model_name,
+                        ) from None
+                    outputs = streamed_outputs(result, error, url=self.url, model=request.model_name)
+                    if outputs is not None:
+                        yield outputs
+            finally:
+                responses.cancel()

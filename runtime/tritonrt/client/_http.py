@@ -96,6 +96,8 @@ class HttpTransport:
         self._idle: list[http.client.HTTPConnection] = []  # keep-alive connections free for reuse
         self._lock = threading.Lock()
         self._closed = False
+        self._generation = 0  # connections opened before the last reconnect() are not reused
+        self._opened_in: dict[int, int] = {}  # id(connection) -> the generation it was opened in
 
     # -- readiness and metadata ------------------------------------------------------------------
 
@@ -171,13 +173,29 @@ class HttpTransport:
         """Not over HTTP: Triton streams decoupled responses over gRPC only."""
         raise grpc_only_error(self.url, "Streaming the responses of a decoupled model")
 
+    @property
+    def generation(self) -> int:
+        """How many times :meth:`reconnect` dropped the open connections."""
+        return self._generation
+
+    def reconnect(self, generation: int) -> None:
+        """Open new connections for the next requests, unless another call did since ``generation``: close the
+        idle ones now, the busy ones when their request ends."""
+        with self._lock:
+            if generation != self._generation:
+                return
+            self._generation += 1
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            self._forget(connection)
+
     def close(self) -> None:
         """Close the idle connections now and the busy ones when their request ends."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for connection in idle:
-            connection.close()
+            self._forget(connection)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -208,13 +226,22 @@ class HttpTransport:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
-        return http.client.HTTPConnection(self.url.hostname, self.url.port), False
+            connection = http.client.HTTPConnection(self.url.hostname, self.url.port)
+            self._opened_in[id(connection)] = self._generation
+        return connection, False
 
     def _release(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
-            if not self._closed and len(self._idle) < _MAX_IDLE_CONNECTIONS:
+            current = self._opened_in.get(id(connection)) == self._generation
+            if current and not self._closed and len(self._idle) < _MAX_IDLE_CONNECTIONS:
                 self._idle.append(connection)
                 return
+        self._forget(connection)
+
+    def _forget(self, connection: http.client.HTTPConnection) -> None:
+        """Close ``connection`` for good."""
+        with self._lock:
+            self._opened_in.pop(id(connection), None)
         connection.close()
 
     def _request(
@@ -238,18 +265,18 @@ class HttpTransport:
                 response = connection.getresponse()
                 data = response.read()
             except TimeoutError:
-                connection.close()
+                self._forget(connection)
                 raise timeout_error(self.url, action, timeout) from None
             except _STALE_CONNECTION_ERRORS as error:
-                connection.close()
+                self._forget(connection)
                 if reused:  # the server closed an idle keep-alive connection: retry on a fresh one
                     continue
                 raise unreachable_error(self.url, error) from None
             except (OSError, http.client.HTTPException) as error:
-                connection.close()
+                self._forget(connection)
                 raise unreachable_error(self.url, error) from None
             if response.will_close:
-                connection.close()
+                self._forget(connection)
             else:
                 self._release(connection)
             return response.status, response.headers, data

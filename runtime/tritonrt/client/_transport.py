@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from tritonrt.client._slots import AsyncClientSlot
 from tritonrt.client.exceptions import (
     PyTritonClientError,
     PyTritonClientInferenceServerError,
@@ -204,6 +205,16 @@ class Transport(Protocol):
         """
         ...
 
+    @property
+    def generation(self) -> int:
+        """How many times :meth:`reconnect` opened new connections."""
+        ...
+
+    def reconnect(self, generation: int) -> None:
+        """Send the next requests over new connections (a balancer places each anew), unless another call
+        did so since ``generation``; the open ones close once their requests are answered."""
+        ...
+
     def close(self) -> None:
         """Release the connections."""
         ...
@@ -252,6 +263,15 @@ class AsyncTransport(Protocol):
         """Send one request to a decoupled model; ``async for`` over its responses (gRPC only)."""
         ...
 
+    @property
+    def generation(self) -> int:
+        """How many times :meth:`reconnect` opened new connections."""
+        ...
+
+    async def reconnect(self, generation: int) -> None:
+        """Send the next requests over new connections, unless another call did so since ``generation``."""
+        ...
+
     async def close(self) -> None:
         """Release the connections."""
         ...
@@ -269,17 +289,25 @@ class AsyncTransportBase:
     def __init__(self, url: TritonUrl, auth_headers: Mapping[str, str]):
         self.url = url
         self._auth_headers = dict(auth_headers)
-        self._client: Any = None
+        self._slot: AsyncClientSlot[Any] = AsyncClientSlot(self._make_client, lambda client: client.close())
 
     def _make_client(self) -> Any:
         raise NotImplementedError
 
     @property
     def client(self) -> Any:
-        """The protocol's tritonclient asyncio client (made on first use)."""
-        if self._client is None:
-            self._client = self._make_client()
-        return self._client
+        """The protocol's tritonclient asyncio client (made on first use; a new one after :meth:`reconnect`)."""
+        return self._slot.current
+
+    @property
+    def generation(self) -> int:
+        """How many times :meth:`reconnect` made a new client."""
+        return self._slot.generation
+
+    async def reconnect(self, generation: int) -> None:
+        """Make a new client (new connections) for the next calls, unless another call did since ``generation``;
+        the old one is closed once its calls in flight ended."""
+        await self._slot.replace(generation)
 
     def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**self._auth_headers, **(extra or {})}
@@ -290,7 +318,8 @@ class AsyncTransportBase:
 
     async def _call(self, action: str, model: str, timeout: float, make: Callable[[], Awaitable[_T]]) -> _T:
         try:
-            return await asyncio.wait_for(make(), timeout)
+            async with self._slot.use():  # the client make() calls: closed after this call if replaced meanwhile
+                return await asyncio.wait_for(make(), timeout)
         except (TimeoutError, asyncio.TimeoutError):  # distinct classes before Python 3.11
             raise timeout_error(self.url, action, timeout) from None
         except InferenceServerException as error:
@@ -328,10 +357,8 @@ class AsyncTransportBase:
         )
 
     async def close(self) -> None:
-        """Close the underlying client, if one was made."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        """Close the underlying clients, if any were made."""
+        await self._slot.close()
 
 
 # -- what the server or the network reports, as client exceptions ----------------------------------------------
@@ -413,16 +440,20 @@ def server_error(message: str, status: str | None, *, url: TritonUrl, action: st
     if "UNAVAILABLE" in status and any(marker in lowered for marker in _UNREACHABLE_MARKERS):
         return unreachable_error(url, message)
     if "server is stopping" in lowered:
-        return PyTritonClientInferenceServerError(
+        error = PyTritonClientInferenceServerError(
             f"The Triton server at {url.with_scheme} is stopping: it finishes the requests it has and takes no "
             f"new ones, so {action.lower()} was refused ({message}). Send it to another replica, or again once the "
             "service has restarted."
         )
-    subject = f"{action} of model {model!r}" if model else action
-    return PyTritonClientInferenceServerError(
-        f"{subject} failed on the server at {url.with_scheme}: {message}. The error comes from the inference "
-        "callable or from Triton; see the server log for details."
-    )
+    else:
+        subject = f"{action} of model {model!r}" if model else action
+        error = PyTritonClientInferenceServerError(
+            f"{subject} failed on the server at {url.with_scheme}: {message}. The error comes from the inference "
+            "callable or from Triton; see the server log for details."
+        )
+    # Not run: the server (or the way to it) refused it; tritonrt.client._retry sends such requests again.
+    error.unavailable = "UNAVAILABLE" in status or "server is stopping" in lowered
+    return error
 
 
 def from_tritonclient(

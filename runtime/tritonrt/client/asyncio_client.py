@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -19,8 +20,8 @@ from tritonrt.client._grpc import AsyncGrpcTransport
 from tritonrt.client._http import AsyncHttpTransport
 from tritonrt.client._readiness import async_wait_for_model_ready
 from tritonrt.client._shared_wait import AsyncSharedWait
-from tritonrt.client._transport import AsyncTransport
-from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
+from tritonrt.client._transport import AsyncTransport, InferRequest, Outputs
+from tritonrt.client.exceptions import PyTritonClientError, PyTritonClientModelUnavailableError
 from tritonrt.model_config.parser import parse_model_config
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
@@ -163,11 +164,25 @@ class AsyncioModelClient(TransportClient):
         config = await self._ensure_model_config()
         request = self._request(config, call)
         try:
-            outputs = await self._transport.infer(request, self._settings.inference_timeout_s)
+            outputs = await self._send(request)
         except PyTritonClientModelUnavailableError:
             self._forget_model()
             raise
         return self._finish(config, outputs, sample=call.sample)
+
+    async def _send(self, request: InferRequest) -> Outputs:
+        """Send ``request``; once more, on a new connection, if a stopping server refused it unanswered
+        (``tritonrt.client._retry``), within what is left of ``inference_timeout_s``."""
+        timeout = self._settings.inference_timeout_s
+        generation, started = self._transport.generation, time.monotonic()
+        try:
+            return await self._transport.infer(request, timeout)
+        except PyTritonClientError as error:
+            left = timeout - (time.monotonic() - started)
+            if left <= 0 or not self._retries.send_again(request, error, self._settings.url.with_scheme):
+                raise
+        await self._transport.reconnect(generation)
+        return await self._transport.infer(request, left)
 
 
 class AsyncioDecoupledModelClient(AsyncioModelClient):
@@ -208,11 +223,26 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
         return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
     async def _stream(self, call: InferCall) -> AsyncIterator[dict[str, np.ndarray]]:
+        """The stream's responses; the request sent once more, on a new connection, if a stopping server refused
+        it unanswered before its first response (``tritonrt.client._retry``)."""
         config = await self._ensure_model_config()
         request = self._request(config, call)
-        responses = self._transport.stream_infer(request, self._settings.inference_timeout_s)
-        try:
-            async for outputs in responses:
-                yield self._finish(config, outputs, sample=call.sample)
-        finally:
-            await responses.aclose()  # cancels the gRPC call when the caller stops early
+        generation = self._transport.generation
+        for attempt in (1, 2):
+            responses = self._transport.stream_infer(request, self._settings.inference_timeout_s)
+            try:
+                try:
+                    first = await anext(responses)
+                except StopAsyncIteration:
+                    return
+                except PyTritonClientError as error:
+                    if attempt == 2 or not self._retries.send_again(request, error, self._settings.url.with_scheme):
+                        raise
+                    await self._transport.reconnect(generation)
+                    continue
+                yield self._finish(config, first, sample=call.sample)
+                async for outputs in responses:
+                    yield self._finish(config, outputs, sample=call.sample)
+                return
+            finally:
+                await responses.aclose()  # cancels the gRPC call when the caller stops early

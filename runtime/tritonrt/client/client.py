@@ -8,7 +8,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,8 @@ from tritonrt.client._grpc import GrpcTransport
 from tritonrt.client._http import HttpTransport
 from tritonrt.client._readiness import wait_for_model_ready, wait_for_server_ready
 from tritonrt.client._shared_wait import SharedWait
-from tritonrt.client._transport import Transport
-from tritonrt.client.exceptions import PyTritonClientModelUnavailableError
+from tritonrt.client._transport import InferRequest, Outputs, Transport
+from tritonrt.client.exceptions import PyTritonClientError, PyTritonClientModelUnavailableError
 from tritonrt.model_config.parser import parse_model_config
 from tritonrt.model_config.triton_model_config import TritonModelConfig
 
@@ -236,11 +237,25 @@ class ModelClient(TransportClient):
         config = self._ensure_model_config()
         request = self._request(config, call)
         try:
-            outputs = self._transport.infer(request, self._settings.inference_timeout_s)
+            outputs = self._send(request)
         except PyTritonClientModelUnavailableError:
             self._forget_model()  # e.g. unloaded meanwhile: wait for it again next time
             raise
         return self._finish(config, outputs, sample=call.sample)
+
+    def _send(self, request: InferRequest) -> dict[str, np.ndarray]:
+        """Send ``request``; once more, on a new connection, if a stopping server refused it unanswered
+        (``tritonrt.client._retry``), within what is left of ``inference_timeout_s``."""
+        timeout = self._settings.inference_timeout_s
+        generation, started = self._transport.generation, time.monotonic()
+        try:
+            return self._transport.infer(request, timeout)
+        except PyTritonClientError as error:
+            left = timeout - (time.monotonic() - started)
+            if left <= 0 or not self._retries.send_again(request, error, self._settings.url.with_scheme):
+                raise
+        self._transport.reconnect(generation)
+        return self._transport.infer(request, left)
 
 
 class DecoupledModelClient(ModelClient):
@@ -289,14 +304,27 @@ class DecoupledModelClient(ModelClient):
     def _stream(self, call: InferCall) -> Iterator[dict[str, np.ndarray]]:
         config = self._ensure_model_config()
         request = self._request(config, call)
-        responses = self._transport.stream_infer(request, self._settings.inference_timeout_s)
-        return self._debatched(config, responses, sample=call.sample)
+        return self._debatched(config, request, sample=call.sample)
 
-    def _debatched(
-        self, config: TritonModelConfig, responses: Generator[dict[str, np.ndarray], None, None], *, sample: bool
-    ) -> Iterator[dict[str, np.ndarray]]:
-        try:
-            for outputs in responses:
-                yield self._finish(config, outputs, sample=sample)
-        finally:
-            responses.close()  # cancels the stream when the caller stops early
+    def _debatched(self, config: TritonModelConfig, request: InferRequest, *, sample: bool) -> Iterator[Outputs]:
+        """The stream's responses; the request sent once more, on a new connection, if a stopping server refused
+        it unanswered before its first response (``tritonrt.client._retry``)."""
+        generation = self._transport.generation
+        for attempt in (1, 2):
+            responses = self._transport.stream_infer(request, self._settings.inference_timeout_s)
+            try:
+                try:
+                    first = next(responses)
+                except StopIteration:
+                    return
+                except PyTritonClientError as error:
+                    if attempt == 2 or not self._retries.send_again(request, error, self._settings.url.with_scheme):
+                        raise
+                    self._transport.reconnect(generation)
+                    continue
+                yield self._finish(config, first, sample=sample)
+                for outputs in responses:
+                    yield self._finish(config, outputs, sample=sample)
+                return
+            finally:
+                responses.close()  # cancels the stream when the caller stops early

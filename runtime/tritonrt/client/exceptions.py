@@ -54,7 +54,13 @@ class PyTritonClientModelDoesntSupportBatchingError(PyTritonClientError):
 
 
 class PyTritonClientInferenceServerError(PyTritonClientError):
-    """The inference callable or Triton Inference Server reported an error."""
+    """The inference callable or Triton Inference Server reported an error.
+
+    ``unavailable`` (tritonrt's own) is True when the server refused the request without running it: gRPC
+    UNAVAILABLE, or the server said it is stopping.
+    """
+
+    unavailable: bool = False
 
 
 class PyTritonClientQueueFullError(PyTritonClientError):
