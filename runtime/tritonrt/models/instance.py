@@ -58,6 +58,10 @@ class CallState(enum.IntEnum):
     REPLYING = 2  # writing a reply: the stream must not be interrupted by another message
 
 
+# The states as the hot path names them: reading a member off an Enum class runs Python code (0.4 us, Python 3.11).
+_IDLE, _CALLING, _REPLYING = CallState.IDLE, CallState.CALLING, CallState.REPLYING
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunningCall:
     """A batch being served: its sequence number, for how long it has run, the state it is in, and its BATCH's
@@ -125,18 +129,18 @@ class TrackedConnection(WorkerConnection):
 
     def receive_batch(self) -> tuple[int, list[Request]]:
         seq, requests = super().receive_batch()
-        self.slot.set(CallState.CALLING, seq, self.batch_flags)
+        self.slot.set(_CALLING, seq, self.batch_flags)
         return seq, requests
 
     def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
         with self._lock:
             self._check_open()
-            self.slot.mark(CallState.REPLYING)  # (the same batch: seq and flags stay)
+            self.slot.mark(_REPLYING)  # (the same batch: seq and flags stay)
             super().reply(seq, responses, final=final)
             if final:
-                self.slot.mark(CallState.IDLE)
+                self.slot.mark(_IDLE)
             else:
-                self.slot.set(CallState.CALLING, seq)  # (a stream's next step: its time anew)
+                self.slot.set(_CALLING, seq)  # (a stream's next step: its time anew)
 
     def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
         with self._lock:
