@@ -129,8 +129,17 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         def infer(image: np.ndarray):
             return {"label": model(image)}
     """
+    if len(args) == 1 and not kwargs and type(args[0]) is list and len(args[0]) == 1:  # (the common case)
+        inputs = _request_inputs(args[0][0])  # one request: its arrays already are the batch (no copy)
+        size = inputs_batch_size(inputs, 0)
+        result = wrapped(**inputs)
+        if type(result) is dict:
+            return _split_batch(result, [size])
+        return combine_results(
+            [result], lambda results: _split_batch(convert_output(results[0], wrapped, instance), [size])
+        )
     requests, rest = requests_argument(args, kwargs, "@batch")
-    if len(requests) == 1:  # one request: its arrays already are the batch (no copy)
+    if len(requests) == 1:
         batched = dict(_request_inputs(requests[0]))
         sizes = [inputs_batch_size(batched, 0)]
     else:

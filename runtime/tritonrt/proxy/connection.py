@@ -362,7 +362,7 @@ class WorkerConnection:
 
     def _close_batch(self, why: Closed = _ANSWERED) -> None:
         """The batch is answered (or the connection ends): no more calls; those in flight end with ``why``."""
-        with self._turn:
+        with self._poll_lock:  # (_turn's lock: a plain lock's with costs no Python call, a Condition's two)
             self._open = False
             busy = len(self.calls)
             self.calls.close(why)
