@@ -69,7 +69,7 @@ STEPS: list[tuple[str, list[tuple[str, str]]]] = [
     ]),
     ("process mode: call slot, lock", [
         ("models/instance.py", "TrackedConnection.receive_batch"), ("models/instance.py", "TrackedConnection.reply"),
-        ("models/instance.py", "CallSlot.set"),
+        ("models/instance.py", "CallSlot.set"), ("models/instance.py", "CallSlot.mark"),
     ]),
     ("trace spans (untraced)", [
         ("proxy/telemetry.py", "request_spans"), ("proxy/telemetry.py", "BatchSpans.__init__"),
@@ -88,9 +88,10 @@ STEPS: list[tuple[str, list[tuple[str, str]]]] = [
         ("proxy/isolation.py", "answer_each"),
     ]),
     ("reply: encode", [
-        ("proxy/outgoing.py", "sort_outgoing"), ("proxy/outgoing.py", "lay_out_inline"),
-        ("proxy/outgoing.py", "encode_records"), ("proxy/wire.py", "pack_tensor"), ("proxy/wire.py", "encode_message"),
-        ("proxy/wire.py", "align"), ("proxy/outgoing.py", "metrics_messages"),
+        ("proxy/outgoing.py", "sort_outgoing"), ("proxy/outgoing.py", "inline_answer"),
+        ("proxy/outgoing.py", "lay_out_inline"), ("proxy/outgoing.py", "encode_records"),
+        ("proxy/wire.py", "pack_tensor"), ("proxy/wire.py", "encode_message"), ("proxy/wire.py", "align"),
+        ("proxy/outgoing.py", "metrics_messages"),
     ]),
     ("reply: batch state, locks", [
         ("proxy/connection.py", "WorkerConnection.reply"), ("proxy/connection.py", "WorkerConnection._close_batch"),
