@@ -1,7 +1,8 @@
 """The ``rerun_on_tritonserver_crash`` marker (a hook imported by tests/conftest.py): a test that failed while
-tritonserver 2.51 crashed in its gRPC frontend runs once more, after the supervisor brought the server back. The
+tritonserver 2.51 crashed (see the hook's notes) runs once more, after the supervisor brought the server back. The
 test's ``server`` fixture must have a ``triton`` attribute (the started Triton), as tests/client's and
-tests/integration's have."""
+tests/integration's have, or the test starts its own server with ``start_triton`` (it starts a new one when it runs
+again)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,15 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     (``ModelStreamInferHandler::Process``), about once in 200 to 500 cancelled streams under load, with NVIDIA's Python
     backend and plain tritonclient too, so not tritonrt's doing. The supervisor restarts it, but the test under way
     (the one that cancelled, or the next: the crash can come a moment after the stream ended) sees the server gone.
+
+    It also crashes (SIGSEGV) now and then when models are loaded and unloaded in quick succession, as NVIDIA's
+    model-control examples do: the thread that deletes an unloaded model dies in
+    ``TritonModelInstance::TritonBackendThread::StopBackendThread`` (``RateLimiter::EnqueuePayload`` finds no
+    queue for the instance), often in two or three such threads at once; about once in 400 to 1,500
+    cycles of load with an override, unload, load on this 2-core machine, whether or not the override names a
+    backend (``test_model_control.py``). The crash comes before any of the backend's code runs on that thread; the
+    cause is not proven beyond that.
+
     Only a failure with such a crash (the supervisor's ERROR record) reruns, once, after the server is back; any
     other failure fails as it is.
     """
@@ -79,11 +89,16 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         except Exception:
             if not records.wait():
                 raise
-        triton = getattr(item.funcargs.get("server"), "triton", None)  # type: ignore[attr-defined]
-        assert isinstance(triton, Triton), "a test marked rerun_on_tritonserver_crash needs a `server` fixture"
+        funcargs = item.funcargs  # type: ignore[attr-defined]
+        triton = getattr(funcargs.get("server"), "triton", None)
+        assert isinstance(triton, Triton) or "start_triton" in funcargs, (
+            "a test marked rerun_on_tritonserver_crash needs a `server` fixture, or starts its own server with "
+            "`start_triton`"
+        )
         crash = records.crashes[0]
         warnings.warn(f"tritonserver crashed during the test ({crash}): running it once more", stacklevel=1)
-        _wait_until_ready(triton)
+        if isinstance(triton, Triton):
+            _wait_until_ready(triton)  # a test that starts its own server starts a new one when it runs again
         item.runtest()
         return None
     finally:

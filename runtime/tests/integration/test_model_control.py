@@ -13,7 +13,8 @@ from tritonclient.utils import InferenceServerException
 
 from tritonrt.model_config import ModelConfig, Tensor
 
-pytestmark = pytest.mark.integration
+# tritonserver 2.51 crashes now and then when models are loaded and unloaded in quick succession (tests/crash_rerun.py)
+pytestmark = [pytest.mark.integration, pytest.mark.rerun_on_tritonserver_crash]
 
 X = Tensor(name="x", dtype=np.float32, shape=(-1,))
 
