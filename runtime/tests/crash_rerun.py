@@ -72,8 +72,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     ``TritonModelInstance::TritonBackendThread::StopBackendThread`` (``RateLimiter::EnqueuePayload`` finds no
     queue for the instance), often in two or three such threads at once; about once in 400 to 1,500
     cycles of load with an override, unload, load on this 2-core machine, whether or not the override names a
-    backend (``test_model_control.py``). The crash comes before any of the backend's code runs on that thread; the
-    cause is not proven beyond that.
+    backend (``test_model_control.py``), and with a model of a six-function C++ backend that only answers errors in
+    tritonrt's place: Triton's own race, not tritonrt's.
 
     Only a failure with such a crash (the supervisor's ERROR record) reruns, once, after the server is back; any
     other failure fails as it is.
