@@ -153,4 +153,5 @@ def test_a_worker_end_names_the_model_the_instance_and_the_signal():
     assert describe_exit(137) == "exit code 137 (SIGKILL)"
     exit = WorkerExit("m", 1, 1234, -signal.SIGKILL)
     assert exit.describe() == "model 'm' instance 1: its worker process (pid 1234) was killed by SIGKILL"
+    assert exit.how() == "its worker process (pid 1234) was killed by SIGKILL"  # the supervisor names the model itself
     assert "execution timeout" in WorkerExit("m", 0, 1, -9, timed_out=True).describe()

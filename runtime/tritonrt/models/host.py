@@ -241,7 +241,7 @@ class ModelHost(abc.ABC):
         supervisor = self._supervisor
         if self._state is not HostState.SERVING or generation != self._generation or supervisor is None:
             return
-        supervisor.worker_exited(WorkerExited(exit.model_name, exit.instance_index, exit.describe(), exit.guilty))
+        supervisor.worker_exited(WorkerExited(exit.model_name, exit.instance_index, exit.how(), exit.guilty))
 
     def _restart_worker(self, name: str, index: int) -> None:
         model = self._models.get(name)

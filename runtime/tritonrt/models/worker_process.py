@@ -87,10 +87,13 @@ class WorkerExit:
     timed_out: bool = False
     guilty: bool = False
 
+    def how(self) -> str:
+        """How it ended, e.g. "its worker process (pid 1234) was killed by SIGKILL"."""
+        ended = "was killed past the execution timeout" if self.timed_out else describe_status(self.status)
+        return f"its worker process (pid {self.pid}) {ended}"
+
     def describe(self) -> str:
-        return f"model {self.model_name!r} instance {self.instance_index}: its worker process (pid {self.pid}) " + (
-            "was killed past the execution timeout" if self.timed_out else describe_status(self.status)
-        )
+        return f"model {self.model_name!r} instance {self.instance_index}: {self.how()}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
