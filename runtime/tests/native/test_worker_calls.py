@@ -16,26 +16,12 @@ import threading
 
 import numpy as np
 import pytest
-from test_worker import Harness
+from worker_harness import Harness
 
 from tritonrt import bls
 from tritonrt.proxy import wire
 from tritonrt.proxy.wire import ResponseMeta, TensorMeta
 from tritonrt.proxy.wire_decode import decode_body
-
-
-@pytest.fixture
-def harness(tmp_path):
-    made: list[Harness] = []
-
-    def make(infer_callable, **options) -> Harness:
-        made.append(Harness(tmp_path, infer_callable, **options))
-        return made[-1]
-
-    yield make
-    for each in made:
-        each.close()
-    assert not any(each.worker.is_alive() for each in made)
 
 
 def read(h: Harness, kind: int):
