@@ -30,8 +30,11 @@ import time
 import numpy as np
 import pytest
 
-from tritonrt.client import AsyncioModelClient, ModelClient
-from tritonrt.client.exceptions import PyTritonClientError, PyTritonClientInferenceServerError
+from tritonrt.client import AsyncioDecoupledModelClient, AsyncioModelClient, DecoupledModelClient, ModelClient
+from tritonrt.client.exceptions import (
+    PyTritonClientError,
+    PyTritonClientInferenceServerError,
+)
 from tritonrt.model_config import ModelConfig, Tensor
 
 pytestmark = pytest.mark.integration
@@ -116,18 +119,30 @@ class PinningProxy:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def _serving(new_triton, number: int):
-    """A started server whose model ``echo`` answers ``y = x`` and its ``server`` number (an error for x < 0)."""
+def _serving(new_triton, number: int, held: threading.Event | None = None):
+    """A started server whose model ``echo`` answers ``y = x`` and its ``server`` number (an error for x < 0;
+    for x = 2, once ``held`` is set, only when it is cleared), and whose decoupled model ``stream`` streams that
+    answer twice."""
+    release = threading.Event()
 
-    def echo(requests):
+    def answer(requests):
         time.sleep(0.002)  # requests are in flight when the drain begins
         if any(float(request["x"][0]) < 0 for request in requests):
             raise ValueError("x must not be negative")
+        if held is not None and float(requests[0]["x"][0]) == 2:
+            held.set()
+            release.wait(WAIT_S)
         return [{"y": request["x"], "server": np.array([number], np.int32)} for request in requests]
 
+    def stream(requests):
+        yield answer(requests)
+        yield answer(requests)
+
     server = new_triton(exit_timeout_secs=int(WAIT_S))
-    server.triton.bind("echo", echo, *TENSORS, config=ModelConfig(batching=False))
+    server.triton.bind("echo", answer, *TENSORS, config=ModelConfig(batching=False))
+    server.triton.bind("stream", stream, *TENSORS, config=ModelConfig(batching=False, decoupled=True))
     server.triton.run()
+    server.release = release
     return server
 
 
@@ -186,15 +201,24 @@ def _replace(new_triton, protocol: str, make_infer, caplog) -> Load:
         with make_infer(url) as (infers, retried), Load(infers) as load:
             load.wait_answers_from(1, 10 * THREADS)  # connected, pinned to the old server
             proxy.route_to(_port(new, protocol))  # the old server leaves the endpoints...
+            stop_started = time.monotonic()
             assert old.triton.stop()  # ...and drains, then stops: its connections close
+            stop_took = time.monotonic() - stop_started
             load.wait_answers_from(2, AFTER_STOP_REQUESTS * THREADS)
             load.retried = retried()
         print(
             f"{protocol} {make_infer.__name__}: {len(load.answered)} answered ({load.answered.count(1)} by the old "
             f"server, {load.answered.count(2)} by the new), {len(load.failures)} failed, {load.retried} retried; "
-            f"connections per backend port {proxy.connections}; failures: {load.failures}"
+            f"connections per backend port {proxy.connections}; the stop took {stop_took:.1f} s; "
+            f"failures: {load.failures}"
         )
     return load
+
+
+def _last_of_two(responses):
+    responses = list(responses)
+    assert len(responses) == 2, responses
+    return responses[-1]
 
 
 @contextlib.contextmanager
@@ -210,15 +234,41 @@ def _sync_clients(url: str):
 
 
 @contextlib.contextmanager
-def _asyncio_client(url: str):
-    """One AsyncioModelClient on its own event loop thread, called from every thread (each call blocks for its
-    answer); yields the infer functions and a function that returns its retries."""
+def _sync_streams(url: str):
+    """A DecoupledModelClient per thread, each request's two responses collected; as :func:`_sync_clients`."""
+    with contextlib.ExitStack() as stack:
+        clients = [
+            stack.enter_context(DecoupledModelClient(url, "stream", inference_timeout_s=WAIT_S)) for _ in range(THREADS)
+        ]
+        yield (
+            [lambda client=client: _last_of_two(client.infer_sample(X)) for client in clients],
+            lambda: sum(client.retried_requests for client in clients),
+        )
+
+
+async def _collect(responses):
+    return [outputs async for outputs in responses]
+
+
+@contextlib.contextmanager
+def _asyncio_client(url: str, stream: bool = False):
+    """One AsyncioModelClient (with ``stream``: AsyncioDecoupledModelClient) on its own event loop thread,
+    called from every thread (each call blocks for its answer); yields the infer functions and a function that
+    returns its retries."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    client = AsyncioModelClient(url, "echo", inference_timeout_s=WAIT_S)
+    if stream:
+        client = AsyncioDecoupledModelClient(url, "stream", inference_timeout_s=WAIT_S)
+        call = lambda: _collect(client.infer_sample(X))  # noqa: E731
+    else:
+        client = AsyncioModelClient(url, "echo", inference_timeout_s=WAIT_S)
+        call = lambda: client.infer_sample(X)  # noqa: E731
     try:
-        infer = lambda: asyncio.run_coroutine_threadsafe(client.infer_sample(X), loop).result(WAIT_S)  # noqa: E731
+        if stream:
+            infer = lambda: _last_of_two(asyncio.run_coroutine_threadsafe(call(), loop).result(WAIT_S))  # noqa: E731
+        else:
+            infer = lambda: asyncio.run_coroutine_threadsafe(call(), loop).result(WAIT_S)  # noqa: E731
         yield [infer] * THREADS, lambda: client.retried_requests
     finally:
         asyncio.run_coroutine_threadsafe(client.close(), loop).result(WAIT_S)
@@ -227,13 +277,58 @@ def _asyncio_client(url: str):
         loop.close()
 
 
-@pytest.mark.parametrize("make_infer", [_sync_clients, _asyncio_client], ids=["sync", "asyncio"])
-def test_a_rolling_replacement_behind_a_connection_balancer_loses_no_request(new_triton, protocol, make_infer, caplog):
-    load = _replace(new_triton, protocol, make_infer, caplog)
+def _asyncio_streams(url: str):
+    return _asyncio_client(url, stream=True)
+
+
+def _assert_nothing_lost(load: Load, caplog) -> None:
     assert load.failures == []
     retried = [r.getMessage() for r in caplog.records if r.name == "tritonrt.client" and "retried" in r.getMessage()]
     assert load.retried >= 1, "no request was refused by the stopping server: the test did not test the retry"
     assert len(retried) == load.retried, retried  # each retry logged
+
+
+@pytest.mark.parametrize("make_infer", [_sync_clients, _asyncio_client], ids=["sync", "asyncio"])
+def test_a_rolling_replacement_behind_a_connection_balancer_loses_no_request(new_triton, protocol, make_infer, caplog):
+    _assert_nothing_lost(_replace(new_triton, protocol, make_infer, caplog), caplog)
+
+
+@pytest.mark.parametrize("make_infer", [_sync_streams, _asyncio_streams], ids=["sync", "asyncio"])
+def test_a_rolling_replacement_loses_no_stream(new_triton, make_infer, caplog):
+    _assert_nothing_lost(_replace(new_triton, "grpc", make_infer, caplog), caplog)
+
+
+def test_a_request_refused_by_the_draining_server_is_answered_by_the_ready_one(new_triton, protocol):
+    # A request held in the old server's model keeps its drain going: the refusal is the drain's, not a closed
+    # connection's.
+    held = threading.Event()
+    old, new = _serving(new_triton, 1, held), _serving(new_triton, 2)
+    with (
+        PinningProxy(_port(old, protocol)) as proxy,
+        ModelClient(f"{protocol}://127.0.0.1:{proxy.port}", "echo", inference_timeout_s=WAIT_S) as client,
+        ModelClient(f"{protocol}://127.0.0.1:{proxy.port}", "echo", inference_timeout_s=WAIT_S) as holder,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        try:
+            client.infer_sample(X)  # connected, pinned to the old server
+            in_flight = pool.submit(holder.infer_sample, np.array([2.0], np.float32))
+            assert held.wait(WAIT_S)
+            proxy.route_to(_port(new, protocol))
+            stopping = pool.submit(old.triton.stop)
+            probe = old.grpc_client()
+            deadline = time.monotonic() + WAIT_S
+            while probe.is_model_ready("echo"):  # the drain began: the model is being unloaded
+                assert time.monotonic() < deadline, "the model stayed ready after stop()"
+                time.sleep(0.02)
+            probe.close()
+            assert client.infer_sample(X)["server"].tolist() == [2]  # refused by the old server, sent to the new
+            assert client.retried_requests == 1
+            assert client.infer_sample(X)["server"].tolist() == [2]  # over the new connection at once
+            assert client.retried_requests == 1
+        finally:
+            old.release.set()
+        assert in_flight.result(WAIT_S)["server"].tolist() == [1]
+        assert stopping.result(WAIT_S)
 
 
 def test_a_bad_request_fails_at_once_with_its_message(new_triton, protocol, caplog):

@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
 from typing import Any
@@ -36,6 +37,8 @@ from tritonrt.client._transport import (
 from tritonrt.client.exceptions import PyTritonClientTimeoutError, PyTritonClientValueError
 
 __all__ = ["AsyncGrpcTransport", "GrpcTransport"]
+
+_CONNECT_TIMEOUT_S = 5.0  # the liveness call that connects a new channel (its failure is the stream's to report)
 
 
 def build_grpc_inputs(named: Mapping[str, np.ndarray]) -> list[tritonclient.grpc.InferInput]:
@@ -80,12 +83,14 @@ def streamed_outputs(result: Any, error: Any, *, url: TritonUrl, model: str) -> 
     return grpc_outputs(result) if result.get_response().outputs else None
 
 
-def channel_args(own_connections: bool) -> list[tuple[str, Any]] | None:
-    """tritonclient's channel options (None: its defaults), with ``own_connections`` plus a subchannel pool of
-    the channel's own: gRPC otherwise shares one connection between the channels of a process that name the
-    same server, so a new channel would reuse the very connection (pinned to a stopping server behind a
-    connection balancer) that it is made to replace."""
-    if not own_connections:
+def channel_args(fresh: int | None) -> list[tuple[str, Any]] | None:
+    """tritonclient's channel options (None: its defaults); with a ``fresh`` number, plus an option naming it.
+
+    gRPC shares one connection between the channels of a process that name the same server with the same
+    options, so a new channel would reuse the very connection (pinned to a stopping server behind a connection
+    balancer) that it is made to replace; the channels made with the same ``fresh`` number share a new one.
+    """
+    if fresh is None:
         return None
     keepalive = tritonclient.grpc.KeepAliveOptions()
     return [
@@ -95,7 +100,7 @@ def channel_args(own_connections: bool) -> list[tuple[str, Any]] | None:
         ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
         ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
-        ("grpc.use_local_subchannel_pool", 1),
+        ("tritonrt.fresh_connections", fresh),
     ]
 
 
@@ -113,11 +118,13 @@ class GrpcTransport:
         self._slot: ClientSlot[tritonclient.grpc.InferenceServerClient] = ClientSlot(
             self._new_client, lambda client: client.close()
         )
+        self._connected = 0  # the generation whose channel _connect() connected
 
     def _new_client(self) -> tritonclient.grpc.InferenceServerClient:
-        """A client on a new channel; after a :meth:`reconnect`, with connections of its own."""
-        own = self._slot.generation > 0
-        return tritonclient.grpc.InferenceServerClient(self.url.without_scheme, channel_args=channel_args(own))
+        """A client on a new channel (sharing the connection of this transport's other channels; after a
+        :meth:`reconnect`, a new one)."""
+        fresh = channel_args(self._slot.fresh)
+        return tritonclient.grpc.InferenceServerClient(self.url.without_scheme, channel_args=fresh)
 
     def is_server_live(self, timeout: float) -> bool:
         """True when the server answers its liveness probe."""
@@ -201,8 +208,9 @@ class GrpcTransport:
 
         tritonclient.grpc allows one stream per client, so each call opens its own client, closed when
         the last response arrived or the caller stops iterating (its channel shares the connection of the
-        process's other channels to the server, except after a :meth:`reconnect`).
+        transport's other channels).
         """
+        self._connect()
         client = self._new_client()
         responses: queue.SimpleQueue[tuple[Any, InferenceServerException | None]] = queue.SimpleQueue()
         try:
@@ -238,6 +246,16 @@ class GrpcTransport:
         closed once its calls in flight ended."""
         self._slot.replace(generation)
 
+    def _connect(self) -> None:
+        """Connect the transport's channel, made anew by a :meth:`reconnect` (a liveness call), so that the
+        channels of streams share its connection instead of making one each."""
+        with self._slot.use() as (client, generation):
+            if generation == 0 or self._connected == generation:
+                return
+            with contextlib.suppress(InferenceServerException):
+                client.is_server_live(headers=self._auth_headers, client_timeout=_CONNECT_TIMEOUT_S)
+            self._connected = generation
+
     def close(self) -> None:
         """Close the channels."""
         self._slot.close()
@@ -256,8 +274,8 @@ class AsyncGrpcTransport(AsyncTransportBase):
     """KServe v2 over gRPC with grpc.aio, including decoupled streaming; the asyncio twin of :class:`GrpcTransport`."""
 
     def _make_client(self) -> Any:
-        own = self.generation > 0  # after a reconnect(): connections of its own
-        return tritonclient.grpc.aio.InferenceServerClient(self.url.without_scheme, channel_args=channel_args(own))
+        fresh = channel_args(self._slot.fresh)  # after a reconnect(): a new connection
+        return tritonclient.grpc.aio.InferenceServerClient(self.url.without_scheme, channel_args=fresh)
 
     def _deadline(self, timeout: float) -> dict[str, float]:
         return {"client_timeout": timeout}

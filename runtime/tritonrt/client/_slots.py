@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Generic, TypeVar
@@ -22,6 +23,7 @@ from typing import Generic, TypeVar
 __all__ = ["AsyncClientSlot", "ClientSlot"]
 
 _C = TypeVar("_C")
+_FRESH = itertools.count(1)  # names the connections made after a replace(), unique in the process
 
 
 class _SlotState(Generic[_C]):
@@ -32,6 +34,7 @@ class _SlotState(Generic[_C]):
         self._lock = threading.Lock()
         self._current: _C | None = None
         self.generation = 0
+        self.fresh: int | None = None  # after a replace(): a number no other client of the process was made with
         self._users: dict[int, int] = {}  # id(client) -> calls in flight
         self._retired: dict[int, _C] = {}  # replaced clients waiting for their calls to end
         self.closed = False
@@ -61,6 +64,7 @@ class _SlotState(Generic[_C]):
                 return None  # another call replaced it already
             old, self._current = self._current, None
             self.generation += 1
+            self.fresh = next(_FRESH)
             if id(old) in self._users:
                 self._retired[id(old)] = old
                 return None
@@ -89,6 +93,12 @@ class ClientSlot(Generic[_C]):
     def generation(self) -> int:
         """How many times the client was replaced."""
         return self._state.generation
+
+    @property
+    def fresh(self) -> int | None:
+        """None until the first :meth:`replace`; then a number, new at each, to make the clients with so that
+        they share no connection with those made before (see ``tritonrt.client._grpc.channel_args``)."""
+        return self._state.fresh
 
     @contextlib.contextmanager
     def use(self) -> Iterator[tuple[_C, int]]:
@@ -124,6 +134,12 @@ class AsyncClientSlot(Generic[_C]):
     def generation(self) -> int:
         """How many times the client was replaced."""
         return self._state.generation
+
+    @property
+    def fresh(self) -> int | None:
+        """None until the first :meth:`replace`; then a number, new at each, to make the clients with so that
+        they share no connection with those made before (see ``tritonrt.client._grpc.channel_args``)."""
+        return self._state.fresh
 
     @property
     def current(self) -> _C:
