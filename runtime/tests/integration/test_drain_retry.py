@@ -42,6 +42,8 @@ pytestmark = pytest.mark.integration
 WAIT_S = 60.0  # a guard against hanging, not a measurement
 THREADS = 4  # requests sent at once, each thread in a loop
 AFTER_STOP_REQUESTS = 20  # each thread's requests answered by the new server before the load stops
+STREAMS = 200  # sequential streams: 200 showed the stuck request in each try, one stream did not
+STOP_BOUND_S = 10.0  # far above a stop's own time (about 1 s), far below the exit timeout it waited for (60 s)
 X = np.array([1.5], np.float32)
 TENSORS = (
     [Tensor(name="x", dtype=np.float32, shape=(1,))],
@@ -342,3 +344,18 @@ def test_a_bad_request_fails_at_once_with_its_message(new_triton, protocol, capl
         assert proxy.connections == {_port(server, protocol): 1}  # sent once, on the one connection
     assert "x must not be negative" in str(caught.value)
     assert not [record for record in caplog.records if "retried" in record.getMessage()]
+
+
+def test_answered_streams_do_not_hold_the_stop(new_triton, caplog):
+    # DecoupledModelClient cancelled each stream when it ended, answered or not; the server then counted one of
+    # the answered requests in flight for good: its drain waited exit_timeout_secs for the model to unload.
+    caplog.set_level(logging.INFO, logger="tritonrt.server")
+    server = _serving(new_triton, 1)
+    with DecoupledModelClient(f"grpc://{server.grpc_url}", "stream", inference_timeout_s=WAIT_S) as client:
+        for _ in range(STREAMS):
+            assert _last_of_two(client.infer_sample(X))["server"].tolist() == [1]
+    started = time.monotonic()
+    assert server.triton.stop()
+    took = time.monotonic() - started
+    assert "still had requests in flight" not in caplog.text
+    assert took < STOP_BOUND_S, f"stop() took {took:.1f} s after {STREAMS} answered streams"

@@ -212,6 +212,7 @@ class GrpcTransport:
         """
         self._connect()
         client = self._new_client()
+        finished = False
         responses: queue.SimpleQueue[tuple[Any, InferenceServerException | None]] = queue.SimpleQueue()
         try:
             client.start_stream(
@@ -231,9 +232,12 @@ class GrpcTransport:
                 if outputs is not None:
                     yield outputs
                 if is_final_response(result):
+                    finished = True
                     return
         finally:
-            client.stop_stream(cancel_requests=True)
+            # Cancel only a stream the caller left early: a cancellation of an answered request kept the
+            # server's drain waiting for it (the model never unloaded) until exit_timeout_secs.
+            client.stop_stream(cancel_requests=not finished)
             client.close()
 
     @property
