@@ -185,7 +185,9 @@ def _listener(mode: str, path: pathlib.Path) -> Any:
     from tritonrt.proxy.settings import InstanceIdentity, WorkerSettings
 
     identity = InstanceIdentity("identity", 0, TOKEN, False, 64)
-    return TrackedListener(path, identity, WorkerSettings(), CallSlot(), track=mode == "process")
+    listener = TrackedListener(path, identity, WorkerSettings(), CallSlot(), track=mode == "process")
+    listener.expirable = False  # as a worker process's (set, not passed: a tree from before it takes no such argument)
+    return listener
 
 
 def _schedstat_ns() -> int:

@@ -141,7 +141,8 @@ class BoundModel:
                 identity = InstanceIdentity(self.name, index, self.token, self.config.decoupled, max_batch_size)
                 # Worker processes are always tracked (the batch a dead one held is failed); threads only for a timeout.
                 track = self.mode is WorkerMode.PROCESS or self.timeout_s is not None
-                listener = TrackedListener(path, identity, settings, CallSlot(), track=track)
+                expirable = self.mode is not WorkerMode.PROCESS  # (a worker process is killed instead)
+                listener = TrackedListener(path, identity, settings, CallSlot(), track=track, expirable=expirable)
                 worker = self._instance(index, infer_callable, listener, hooks, warm_up)
                 self._workers.append(worker)
                 worker.start()

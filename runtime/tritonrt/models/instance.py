@@ -34,6 +34,7 @@ from tritonrt.proxy.worker import CallableWorker
 __all__ = [
     "CallSlot",
     "CallState",
+    "ExpirableConnection",
     "InstanceWorker",
     "RunningCall",
     "ThreadInstance",
@@ -118,14 +119,12 @@ def batch_error(seq: int, message: str, code: int = wire.ERROR_UNAVAILABLE, flag
 
 
 class TrackedConnection(WorkerConnection):
-    """A worker connection that keeps its :class:`CallSlot` up to date. Once :meth:`expire` answered the batch
-    (the execution timeout), the worker's own late answer is dropped and the connection ends."""
+    """A worker connection that keeps its :class:`CallSlot` up to date, for its owner to read (a worker process's:
+    nothing in the worker process itself answers a batch in the worker's place)."""
 
     def __init__(self, connection: WorkerConnection, slot: CallSlot):
         super().__init__(connection.link, connection.identity, connection.settings)
         self.slot = slot
-        self._lock = threading.Lock()
-        self._expired = False
 
     def receive_batch(self) -> tuple[int, list[Request]]:
         seq, requests = super().receive_batch()
@@ -133,21 +132,38 @@ class TrackedConnection(WorkerConnection):
         return seq, requests
 
     def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
+        self.slot.mark(_REPLYING)  # (the same batch: seq and flags stay)
+        super().reply(seq, responses, final=final)
+        if final:
+            self.slot.mark(_IDLE)
+        else:
+            self.slot.set(_CALLING, seq)  # (a stream's next step: its time anew)
+
+    def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
+        self.slot.set(CallState.REPLYING, seq)
+        super().fail(seq, message, code)
+        self.slot.set(CallState.IDLE, seq)
+
+
+class ExpirableConnection(TrackedConnection):
+    """A tracked connection that the execution timeout can answer from another thread (a worker thread's):
+    :meth:`expire` and the worker's answers take turns under a lock; once :meth:`expire` answered the batch, the
+    worker's own late answer is dropped and the connection ends."""
+
+    def __init__(self, connection: WorkerConnection, slot: CallSlot):
+        super().__init__(connection, slot)
+        self._lock = threading.Lock()
+        self._expired = False
+
+    def reply(self, seq: int, responses: list[Any], *, final: bool = True) -> None:
         with self._lock:
             self._check_open()
-            self.slot.mark(_REPLYING)  # (the same batch: seq and flags stay)
             super().reply(seq, responses, final=final)
-            if final:
-                self.slot.mark(_IDLE)
-            else:
-                self.slot.set(_CALLING, seq)  # (a stream's next step: its time anew)
 
     def fail(self, seq: int, message: str, code: int = wire.ERROR_INTERNAL) -> None:
         with self._lock:
             self._check_open()
-            self.slot.set(CallState.REPLYING, seq)
             super().fail(seq, message, code)
-            self.slot.set(CallState.IDLE, seq)
 
     def expire(self, seq: int, message: str) -> bool:
         """Fail batch ``seq`` with ``message`` unless its answer is under way; end the connection. Whether it did."""
@@ -170,8 +186,9 @@ class TrackedConnection(WorkerConnection):
 
 
 class TrackedListener(WorkerListener):
-    """A :class:`WorkerListener` whose connections are :class:`TrackedConnection` s (with ``track`` False, plain
-    ones: worker threads without an execution timeout pay nothing per batch). ``on_accept(connection)`` is
+    """A :class:`WorkerListener` whose connections are :class:`ExpirableConnection` s, or with ``expirable`` False
+    :class:`TrackedConnection` s (a worker process's: its owner kills it past the timeout), or with ``track``
+    False plain ones (worker threads without an execution timeout pay nothing per batch). ``on_accept(connection)`` is
     called when the worker starts serving one; ``current`` is that one (during a reload the worker may already
     hold the next). While ``keep_open`` is True, :meth:`close` only closes this process's descriptor: the socket
     stays bound and listening for the owner (a worker process that ends must not close it for the next)."""
@@ -184,17 +201,22 @@ class TrackedListener(WorkerListener):
         slot: CallSlot,
         *,
         track: bool = True,
+        expirable: bool = True,
     ):
         super().__init__(path, identity, settings)
         self.slot = slot
         self.track = track
+        self.expirable = expirable
         self.keep_open = False
         self.on_accept: Callable[[WorkerConnection], None] | None = None
         self.current: WorkerConnection | None = None
 
     def accept(self) -> WorkerConnection:
         connection = super().accept()
-        return TrackedConnection(connection, self.slot) if self.track else connection
+        if not self.track:
+            return connection
+        kind = ExpirableConnection if self.expirable else TrackedConnection
+        return kind(connection, self.slot)
 
     def serving(self, connection: WorkerConnection) -> None:
         self.slot.reset()
@@ -290,7 +312,7 @@ class ThreadInstance(InstanceWorker):
 
     def expire(self, running: RunningCall, timeout_s: float) -> None:
         connection = self.listener.current
-        if not isinstance(connection, TrackedConnection):
+        if not isinstance(connection, ExpirableConnection):
             return  # not tracked: the model has no execution timeout
         message = (
             f"tritonrt: model {self._model_name!r} instance {self.instance_index}: the inference callable ran "
