@@ -31,9 +31,9 @@ __all__ = ["AsyncioDecoupledModelClient", "AsyncioModelClient"]
 class AsyncioModelClient(TransportClient):
     """Asyncio client of one model, over HTTP (aiohttp) or gRPC (grpc.aio).
 
-    Same arguments and errors as ``ModelClient``; methods are coroutines, and ``model_config`` and
-    ``is_batching_supported`` are awaitable properties. With ``lazy_init=False`` the wait for readiness
-    happens when entering ``async with``.
+    Same arguments, errors and retry of a request refused by a stopping server as ``ModelClient``; methods are
+    coroutines, and ``model_config`` and ``is_batching_supported`` are awaitable properties. With
+    ``lazy_init=False`` the wait for readiness happens when entering ``async with``.
 
     Example::
 

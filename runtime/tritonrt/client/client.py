@@ -34,6 +34,13 @@ class ModelClient(TransportClient):
     One client may be shared by many threads. It waits (up to ``init_timeout_s``) for the server and
     the model to be ready before its first request, or at construction with ``lazy_init=False``.
 
+    A request that a server refused without running it because it is stopping (the model unloaded by its
+    drain, the connection closed or reset before an answer, gRPC UNAVAILABLE) is sent once more, on a new
+    connection: behind a connection balancer (a Kubernetes Service) that one reaches a ready replica. So a
+    request may be sent twice; ``retried_requests`` counts these, the ``tritonrt.client`` logger says each at
+    DEBUG. Not for sequence requests, nor a stream that already answered (docs/clients.md: "Requests refused
+    by a stopping server").
+
     Example::
 
         with ModelClient("localhost", "BERT", init_timeout_s=60) as client:

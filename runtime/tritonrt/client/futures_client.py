@@ -43,8 +43,8 @@ def _positive_int(value: int | None, name: str) -> int | None:
 class FuturesModelClient(ClientBase):
     """Client whose calls run on a thread pool and return ``concurrent.futures.Future`` objects.
 
-    Errors a call would raise (see ``ModelClient``) come out of ``future.result()``. The client itself
-    may be used from many threads.
+    Errors a call would raise (see ``ModelClient``) come out of ``future.result()``; a request refused by a
+    stopping server is sent once more, as by ``ModelClient``. The client itself may be used from many threads.
 
     Example::
 
@@ -151,6 +151,11 @@ class FuturesModelClient(ClientBase):
     def unload_model(self) -> Future[None]:
         """Future of ``ModelClient.unload_model``."""
         return self._submit(self._client.unload_model)
+
+    @property
+    def retried_requests(self) -> int:
+        """(tritonrt's own) Requests sent a second time after a stopping server refused them; see ``ModelClient``."""
+        return self._client.retried_requests
 
     def close(self, wait: bool = True) -> None:
         """Stop taking requests and release the connections once the pending ones finished.
