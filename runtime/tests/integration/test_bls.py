@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import RunningServer
+from tests.integration.test_metrics import scrape
 from tests.integration.test_triton_models import write_add_one
 from tritonrt import bls
 from tritonrt.decorators import batch
@@ -173,6 +174,28 @@ def test_a_missing_callee_is_an_error_response_naming_it_and_the_caller_serves_o
     message = server.infer_error(protocol, "through_exec", {"x": SMALL}, parameters={"callee": "no_such_model"})
     assert "callee said" in message and "no_such_model" in message
     assert np.array_equal(server.infer(protocol, "through_exec", {"x": SMALL})["y"], SMALL * 2)
+
+
+def test_each_call_is_counted_on_metrics_by_caller_and_callee(server):
+    # Counted by the backend as each call ends (the worker sends no METRICS message for them): a call of a model
+    # that answered, and one of a missing model (Triton refuses it at once), an error.
+    def counts(series, callee: str) -> tuple[float, float, float]:
+        wanted = {("model", "through_exec"), ("callee", callee)}
+        found = {name: v for (name, labels), v in series.items() if wanted <= labels}
+        names = ("tritonrt_bls_calls_total", "tritonrt_bls_errors_total", "tritonrt_bls_seconds_count")
+        return tuple(found.get(name, 0.0) for name in names)  # type: ignore[return-value]
+
+    before = scrape(server)
+    server.infer("http", "through_exec", {"x": SMALL})
+    server.infer("http", "through_exec", {"x": LARGE})
+    server.infer_error("http", "through_exec", {"x": SMALL}, parameters={"callee": "no_such_model"})
+    after = scrape(server)
+    ok, missing = (
+        tuple(a - b for a, b in zip(counts(after, callee), counts(before, callee), strict=True))
+        for callee in ("double", "no_such_model")
+    )
+    assert ok == (2.0, 0.0, 2.0), ok  # (calls, errors, observed durations)
+    assert missing == (1.0, 1.0, 1.0), missing
 
 
 def test_infer_raises_with_the_callees_error(server):

@@ -455,3 +455,32 @@ def test_async_decoupled_calls_iterate_and_infer_stream_cancels_when_closed_earl
     respond(h, second.call_id, None)
     assert h.reply()[0].flags & wire.FLAG_FINAL
     assert got == [1, 1, [[5.0]]]
+
+
+def test_the_backend_counts_the_calls_it_gets_and_the_worker_only_those_it_could_not_send(harness):
+    # The backend counts each call (tritonrt_bls_*) as its last response arrives: a call that reached it sends
+    # no METRICS message; one that failed in the worker (inputs beyond the region limit) is counted there.
+    def infer(requests):
+        assert bls.infer("callee", x=requests[0]["x"])["y"].tolist() == [[5.0]]
+        try:
+            bls.infer("too_big", x=np.zeros(4 << 20, np.float32))
+        except bls.TritonModelException as error:
+            assert "region limit" in str(error)
+        else:
+            raise AssertionError("a call beyond the region limit was sent")
+        return [{"y": requests[0]["x"]}]
+
+    h = harness(infer)
+    h.send([[1.0]])
+    _, call, _ = read(h, wire.KIND_INFER)
+    respond(h, call.call_id, {"y": np.array([[5.0]])})
+    header, _ = h.reply()
+    assert header.kind == wire.KIND_REPLY
+    updates = [update for update in h.backend.metrics if update.name.startswith("tritonrt_bls_")]
+    counted = sorted((update.name, tuple(sorted(update.labels)), update.value > 0) for update in updates)
+    labels = (("callee", "too_big"), ("model", "m"))
+    assert counted == [
+        ("tritonrt_bls_calls_total", labels, True),
+        ("tritonrt_bls_errors_total", labels, True),
+        ("tritonrt_bls_seconds", labels, True),
+    ], counted

@@ -8,6 +8,7 @@ import collections
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,8 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_MEMORY_CPU, TRITONSERVER_MEMORY_CPU_PINNED, TRITONSERVER_MEMORY_GPU = 0, 1, 2
 
+# Counted by the backend as each call ends (its last response), with these names, descriptions and buckets; the
+# worker counts here only the calls that failed before they reached the backend.
 _CALLS = metrics.Counter("tritonrt_bls_calls_total", "Calls of other models (BLS)", ("model", "callee"), _own=True)
 _ERRORS = metrics.Counter(
     "tritonrt_bls_errors_total", "Calls of other models (BLS) that ended in an error", ("model", "callee"), _own=True
@@ -223,7 +226,12 @@ class InferenceRequest:
         call = _Call(current(), self, decoupled)
         if decoupled:
             return ResponseIterator(call)
-        return call.single(call.answers())
+        answer = call.next_answer()
+        if type(answer) is CallAnswer and answer.final and answer.responses and call.span is None:
+            response = answer.responses[0]  # (the common case: one answer with one response, not traced)
+            if response.message is None:
+                return InferenceResponse([Tensor(name, array) for name, array in response.outputs.items()])
+        return call.single(_then(answer, call))
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         """As :meth:`exec`, awaited: other tasks run meanwhile (``asyncio.gather`` several calls)."""
@@ -290,28 +298,44 @@ class ResponseIterator:
             self._call.scope.site.cancel_call(self._call.scope.seq, self._call.id)
 
 
+def _then(first: Any, call: _Call) -> Iterator[Any]:
+    """``first``, then the call's further answers as they come (the caller stops at the last)."""
+    yield first
+    while True:
+        yield call.next_answer()
+
+
 class _Call:
-    """One call in flight: sent when made; its metrics and span end with its last response."""
+    """One call in flight: sent when made; its span ends with its last response (the backend counts its metrics,
+    see ``_CALLS``)."""
+
+    __slots__ = ("scope", "callee", "span", "error", "deadline", "id")
+    span: Any  # (an OpenTelemetry span while the call is traced and in flight)
 
     def __init__(self, scope: Scope, request: InferenceRequest, decoupled: bool):
-        self.scope, self.callee = scope, request._model_name
+        callee = request._model_name
+        self.scope, self.callee = scope, callee
         inputs: dict[str, np.ndarray] = {}
         for tensor in request._inputs:
-            inputs[tensor._name] = _checked(tensor._name, tensor._array, self.callee)
-        correlation = request._correlation_id or None
-        self._metrics = _metrics(scope.model_name, self.callee)
-        self._span, trace_context = _start_span(self.callee)
+            name, array = tensor._name, tensor._array
+            inputs[name] = array if array.dtype in _PLAIN else _checked(name, array, callee)
+        self.span, trace_context = _start_span(callee) if get_telemetry_tracer() is not None else (None, "")
         self.error = False
-        self._start = time.perf_counter()
         # The worker stops waiting at the timeout even where Triton does not enforce it (a queue without
         # allow_timeout_override, a callee that waits for the caller's own instance).
-        self.deadline = time.monotonic() + request._timeout / 1e6 if request._timeout else None
-        call = CallRequest(self.callee, request._outputs or None, request._request_id, correlation,
-                           request._model_version, request._flags, request._timeout, request._parameters,
-                           decoupled, trace_context)  # fmt: skip
+        timeout = request._timeout
+        self.deadline = time.monotonic() + timeout / 1e6 if timeout else None
+        call = _call_request((callee, request._outputs or None, request._request_id, request._correlation_id or None,
+                              request._model_version, request._flags, timeout, request._parameters, decoupled,
+                              trace_context))  # fmt: skip
+        start = time.perf_counter()
         try:
             self.id = scope.site.call(scope.seq, call, inputs)
-        except BaseException as error:
+        except BaseException as error:  # (not sent: the backend never sees it, so it is counted here)
+            calls, errors, seconds = _metrics(scope.model_name, callee)
+            calls.inc()
+            errors.inc()
+            seconds.observe(time.perf_counter() - start)
             self.error = True
             self.end(str(error))
             raise
@@ -321,11 +345,6 @@ class _Call:
             return InferenceResponse([Tensor(name, array) for name, array in response.outputs.items()])
         self.error = True
         return InferenceResponse(error=TritonError(naming(self.callee, response.message), response.code))
-
-    def answers(self) -> Iterator[Any]:
-        """The call's answers as they come (the caller stops at the last)."""
-        while True:
-            yield self.next_answer()
 
     def next_answer(self) -> Any:
         """The call's next answer (a Closed one, TIMED_OUT, once its timeout passed)."""
@@ -349,17 +368,14 @@ class _Call:
         return result
 
     def end(self, error: str | None = None) -> None:
-        calls, errors, seconds = self._metrics
-        calls.inc()
-        if self.error:
-            errors.inc()
-        seconds.observe(time.perf_counter() - self._start)
-        if self._span is not None:
+        """End the call's span (the backend counted the call when its last response arrived)."""
+        span = self.span
+        if span is not None:
             from opentelemetry.trace import Status, StatusCode
 
-            self._span.set_status(Status(StatusCode.ERROR, error) if self.error else Status(StatusCode.OK))
-            self._span.end()
-            self._span = None
+            span.set_status(Status(StatusCode.ERROR, error) if self.error else Status(StatusCode.OK))
+            span.end()
+            self.span = None
 
 
 def naming(model_name: str, message: str) -> str:
@@ -393,6 +409,11 @@ def _start_span(callee: str) -> tuple[Any, str]:
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
     return span, json.dumps(carrier, separators=(",", ":"))
+
+
+_call_request = partial(tuple.__new__, CallRequest)  # (the C constructor: one per call)
+# The dtypes that travel as they are, with no check (the others: _checked).
+_PLAIN = frozenset(np.dtype(code) for code in "?bBhHiIlLqQefd")
 
 
 def _checked(name: str, array: np.ndarray, callee: str) -> np.ndarray:

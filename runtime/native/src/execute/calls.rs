@@ -77,6 +77,10 @@ pub trait Calls: Send {
         parent_trace: usize,
     ) -> Result<Box<dyn CallHandle>, Error>;
 
+    /// Count a call of `callee` that failed before it started, `seconds` after the worker's INFER was read (the
+    /// started ones the implementation counts as their last response arrives).
+    fn not_started(&self, _callee: &str, _seconds: f64) {}
+
     /// Run a model repository operation (the files' bytes lie in `data`); for CONTROL_IS_READY, the answer.
     fn control(&self, control: &Control<'_>, data: &[u8]) -> Result<bool, Error>;
 }
@@ -139,6 +143,7 @@ impl CallState {
     ) -> Option<Answer> {
         match body {
             Body::Infer(call) => {
+                let read = std::time::Instant::now();
                 let call_id = call.call_id;
                 let started = if self.in_flight.contains_key(&call_id) {
                     Err(Error::internal(format!("tritonrt: call id {call_id} is already in flight")))
@@ -156,11 +161,14 @@ impl CallState {
                         self.in_flight.insert(call_id, InFlight { handle, model_name: call.model_name.to_string() });
                         None
                     }
-                    Err(error) => Some(Answer::Failed {
-                        call_id,
-                        code: error.code,
-                        message: format!("tritonrt: the call of model {:?} failed: {}", call.model_name, error),
-                    }),
+                    Err(error) => {
+                        self.calls.not_started(call.model_name, read.elapsed().as_secs_f64());
+                        Some(Answer::Failed {
+                            call_id,
+                            code: error.code,
+                            message: format!("tritonrt: the call of model {:?} failed: {}", call.model_name, error),
+                        })
+                    }
                 }
             }
             Body::InferCancel(call_id) => {

@@ -1,17 +1,24 @@
 //! Calls of other models (BLS) and the model loading API through Triton's in-process API: each worker call
 //! becomes a `TRITONSERVER_InferenceRequest` run with `TRITONSERVER_ServerInferAsync` on the server that loaded
 //! this backend; its responses' outputs are written by the server into buffers of our response allocator and
-//! queued, on Triton's threads, for the instance's thread (`execute::calls`).
+//! queued, on Triton's threads, for the instance's thread (`execute::calls`). Each call is counted on
+//! `/metrics` (`tritonrt_bls_*`) as its final response arrives, here rather than in the worker: the worker then
+//! sends no METRICS message for its calls.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::allocator::allocator;
 use super::api::{
     api, Api, InferenceRequest, InferenceResponse, InferenceTrace, Parameter, Server, TritonError, MEMORY_CPU,
     PARAMETER_STRING, REQUEST_RELEASE_ALL, RESPONSE_COMPLETE_FINAL,
 };
+use super::metrics::BlsMetrics;
 use super::text;
 use crate::dtype::DataType;
 use crate::error::Error;
@@ -20,9 +27,11 @@ use crate::wire::{
     self, Call, Control, Correlation, CONTROL_IS_READY, CONTROL_LOAD, CONTROL_UNLOAD, ERROR_INTERNAL, ERROR_UNSUPPORTED,
 };
 
-/// Triton's server, as `TRITONBACKEND_ModelServer` gives it.
+/// Triton's server, as `TRITONBACKEND_ModelServer` gives it, and the calling model's BLS metrics by callee.
 pub(super) struct TritonCalls {
     server: *mut Server,
+    model: String,
+    metrics: RefCell<HashMap<String, BlsMetrics>>,
 }
 
 // SAFETY: Triton's server object is used from any thread by Triton itself (its C API is thread-safe) and
@@ -30,8 +39,17 @@ pub(super) struct TritonCalls {
 unsafe impl Send for TritonCalls {}
 
 impl TritonCalls {
-    pub(super) fn new(server: *mut Server) -> TritonCalls {
-        TritonCalls { server }
+    pub(super) fn new(server: *mut Server, model: &str) -> TritonCalls {
+        TritonCalls { server, model: model.to_string(), metrics: RefCell::new(HashMap::new()) }
+    }
+
+    /// The metrics of calls of `callee` (made on first use).
+    fn metrics_of(&self, callee: &str) -> BlsMetrics {
+        let mut known = self.metrics.borrow_mut();
+        if let Some(metrics) = known.get(callee) {
+            return *metrics;
+        }
+        *known.entry(callee.to_string()).or_insert_with(|| BlsMetrics::new(&self.model, callee))
     }
 }
 
@@ -79,6 +97,10 @@ struct Shared {
     request: Mutex<*mut InferenceRequest>,
     /// The inputs' bytes, which the request refers to until it is released.
     _inputs: Vec<Vec<u8>>,
+    /// Counted when the final response arrives: an error if any response was one.
+    metrics: BlsMetrics,
+    started: Instant,
+    failed: AtomicBool,
 }
 
 // SAFETY: the raw request pointer is only used under the mutex, and Triton's request functions (cancel, delete)
@@ -197,6 +219,17 @@ unsafe extern "C" fn responded(response: *mut InferenceResponse, flags: u32, use
     // SAFETY: `userp` is the Arc<Shared> given to SetResponseCallback, alive until the final response, when it is
     // taken back.
     let shared = unsafe { &*userp.cast::<Shared>() };
+    if !response.is_null() {
+        if let Some(error_of) = api().infer_response_error {
+            // SAFETY: a live response; its error (if any) belongs to it and is only tested for null here.
+            if !unsafe { error_of(response) }.is_null() {
+                shared.failed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+    if last {
+        shared.metrics.ended(shared.failed.load(Ordering::Relaxed), shared.started.elapsed().as_secs_f64());
+    }
     let response = (!response.is_null()).then(|| Box::new(TritonResponse(response)) as Box<dyn CallResponse>);
     shared.events.send(CallEvent { seq: shared.seq, call_id: shared.call_id, response, last });
     if last {
@@ -214,6 +247,7 @@ impl Calls for TritonCalls {
         events: &Arc<Events>,
         parent_trace: usize,
     ) -> Result<Box<dyn CallHandle>, Error> {
+        let started = Instant::now();
         let api = api();
         let new = need(api.infer_request_new, "TRITONSERVER_InferenceRequestNew")?;
         let delete = need(api.infer_request_delete, "TRITONSERVER_InferenceRequestDelete")?;
@@ -229,9 +263,12 @@ impl Calls for TritonCalls {
             events: events.clone(),
             request: Mutex::new(request),
             _inputs: inputs,
+            metrics: self.metrics_of(call.model_name),
+            started,
+            failed: AtomicBool::new(false),
         });
         let built = build(api, request, call, &shared._inputs);
-        let started = built.and_then(|()| {
+        let result = built.and_then(|()| {
             let set_release =
                 need(api.infer_request_set_release_callback, "TRITONSERVER_InferenceRequestSetReleaseCallback")?;
             let set_response =
@@ -260,13 +297,17 @@ impl Calls for TritonCalls {
             }
             result
         });
-        if let Err(error) = started {
+        if let Err(error) = result {
             *shared.request.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = ptr::null_mut();
             // SAFETY: ours (never given to the server), deleted once.
             let _ = taken(unsafe { delete(request) });
             return Err(error);
         }
         Ok(Box::new(Handle(shared)))
+    }
+
+    fn not_started(&self, callee: &str, seconds: f64) {
+        self.metrics_of(callee).ended(true, seconds);
     }
 
     fn control(&self, control: &Control<'_>, data: &[u8]) -> Result<bool, Error> {

@@ -206,7 +206,7 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceInitialize(instance: *mut ModelInst
             // SAFETY: a live model; out-pointer is a local.
             check(unsafe { model_server(model, &mut server) }).map_err(Error::internal)?;
             executor = executor
-                .with_calls(Box::new(TritonCalls::new(server)))
+                .with_calls(Box::new(TritonCalls::new(server, &state.config.name)))
                 .map_err(|e| Error::internal(format!("tritonrt backend: instance {name:?}: eventfd: {e}")))?;
         }
         executor.connect().map_err(|e| Error::unavailable(format!("tritonrt backend: instance {name:?}: {e}")))?;

@@ -199,15 +199,20 @@ pub fn apply(updates: &[Update<'_>]) {
 
 /// A counter of tritonrt's own, created now at 0 (so that its series exists before the first event).
 fn own_counter(name: &str, description: &str, labels: &[(&str, &str)]) -> Option<MetricHandle> {
-    let update = Update {
-        family_kind: METRIC_COUNTER,
-        op: METRIC_ADD,
-        value: 0.0,
-        name,
-        description,
-        labels: labels.to_vec(),
-        buckets: Vec::new(),
-    };
+    own_metric(METRIC_COUNTER, name, description, labels, Vec::new())
+}
+
+/// A metric of tritonrt's own (a counter at 0, or a histogram with `buckets`); None (warned once) when Triton
+/// cannot make it.
+fn own_metric(
+    kind: u8,
+    name: &str,
+    description: &str,
+    labels: &[(&str, &str)],
+    buckets: Vec<f64>,
+) -> Option<MetricHandle> {
+    let op = if kind == METRIC_HISTOGRAM { METRIC_OBSERVE } else { METRIC_ADD };
+    let update = Update { family_kind: kind, op, value: 0.0, name, description, labels: labels.to_vec(), buckets };
     let mut guard = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let registry = guard.get_or_insert_with(Registry::default);
     match metric(registry, &update) {
@@ -217,6 +222,59 @@ fn own_counter(name: &str, description: &str, labels: &[(&str, &str)]) -> Option
                 log(LOG_WARN, &format!("tritonrt: metric {name:?} is not published: {why}"));
             }
             None
+        }
+    }
+}
+
+/// The BLS metrics of one caller and callee (`tritonrt_bls_*`, labelled `model` and `callee`), counted here as
+/// each call ends: the worker's Python declares the same families (with the same descriptions and buckets) for
+/// the calls that fail before they reach the backend.
+#[derive(Clone, Copy)]
+pub struct BlsMetrics {
+    calls: Option<MetricHandle>,
+    errors: Option<MetricHandle>,
+    seconds: Option<MetricHandle>,
+}
+
+/// `tritonrt_bls_seconds`'s buckets: those of `tritonrt.bls.backend_api._SECONDS`.
+pub const BLS_BUCKETS: [f64; 13] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+impl BlsMetrics {
+    pub fn new(model: &str, callee: &str) -> BlsMetrics {
+        let labels = [("model", model), ("callee", callee)];
+        BlsMetrics {
+            calls: own_counter("tritonrt_bls_calls_total", "Calls of other models (BLS)", &labels),
+            errors: own_counter(
+                "tritonrt_bls_errors_total",
+                "Calls of other models (BLS) that ended in an error",
+                &labels,
+            ),
+            seconds: own_metric(
+                METRIC_HISTOGRAM,
+                "tritonrt_bls_seconds",
+                "Duration of calls of other models (BLS), to their last response",
+                &labels,
+                BLS_BUCKETS.to_vec(),
+            ),
+        }
+    }
+
+    /// Count one call that ended (from any thread: Triton's response threads). Nothing once `finalize` ran (a
+    /// callee answering after the backend finalized): the registry's lock keeps the metrics alive meanwhile.
+    pub fn ended(self, error: bool, seconds: f64) {
+        let guard = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if guard.is_none() {
+            return;
+        }
+        if let Some(calls) = self.calls {
+            let _ = calls.increment(1.0);
+        }
+        if let (true, Some(errors)) = (error, self.errors) {
+            let _ = errors.increment(1.0);
+        }
+        if let (Some(seconds_metric), Some(observe)) = (self.seconds, api().metric_observe) {
+            // SAFETY: a live histogram (the registry is not finalized: its lock is held).
+            let _ = check(unsafe { observe(seconds_metric.0, seconds) });
         }
     }
 }
