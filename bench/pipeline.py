@@ -4,6 +4,7 @@ the same server and answers its output. Triton's Python backend (bench/plain/ide
 code on ``tritonrt.bls``), with worker threads and with worker processes, one tritonserver build.
 
     python bench/pipeline.py [--duration 2] [--rounds 3] [--no-grpc] [--workers thread|process|both]
+                             [--against OTHER_TREE]
 
 The three servers run side by side; round by round (in reverse order every other round) each is driven with wrk
 (binary-tensor KServe v2 HTTP) and the gRPC driver, on ``identity`` and on ``pipeline``. Prints per server and
@@ -11,6 +12,10 @@ case: pipeline req/s and p50, the pipeline/identity ratio (what one BLS call cos
 Python backend's (median of the rounds' paired ratios, and their range) against the targets (>= 1.5x, stretch 2x:
 printed, never asserted), and the CPU time per request by role (tritonserver, stubs or worker processes, the
 serving Python process; the load generators not counted).
+
+With ``--against DIR`` (another tree's ``runtime``, its backend built: ``git archive REV runtime | tar -x -C DIR``
+then ``cargo build --release`` in ``DIR/runtime/native``) its tritonrt serves too, as ``against-<mode>``, in the
+same rounds, and the table adds this tree's pipeline over that one's (paired ratios): judge a change by these.
 """
 
 from __future__ import annotations
@@ -48,14 +53,21 @@ def plain_source(workdir: pathlib.Path) -> pathlib.Path:
     return source
 
 
-def server_commands(workers: str, workdir: pathlib.Path) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """name -> (command, environment) of the Python backend's server and tritonrt's, one per worker mode."""
+def server_commands(
+    workers: str, workdir: pathlib.Path, against: pathlib.Path | None = None
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """name -> (command, environment) of the Python backend's server and tritonrt's, one per worker mode (and the
+    ``against`` tree's, ``against-<mode>``)."""
     commands = {PLAIN: plain_server(plain_source(workdir), "pipeline")}
     ports = ["--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}"]
     for mode in ("thread", "process"):
         if workers in (mode, "both"):
             command = [sys.executable, str(HERE / "serve.py"), "--runtime", "tritonrt", "--model", "pipeline"]
             commands[f"tritonrt-{mode}"] = ([*command, "--workers", mode, *ports], dict(os.environ))
+            if against is not None:
+                library = against / "runtime/native/target/release/libtriton_tritonrt.so"
+                env = {**os.environ, "PYTHONPATH": str(against / "runtime"), "TRITONRT_NATIVE_LIBRARY": str(library)}
+                commands[f"against-{mode}"] = ([*command, "--workers", mode, *ports], env)
     return commands
 
 
@@ -94,7 +106,7 @@ def run_rounds(args: argparse.Namespace) -> tuple[Results, list[str]]:
         workdir = pathlib.Path(tmp)
         servers: dict[str, Server] = {}
         try:
-            for name, (command, env) in server_commands(args.workers, workdir).items():
+            for name, (command, env) in server_commands(args.workers, workdir, args.against).items():
                 servers[name] = Server(name, command, env, model="pipeline")
                 check_answers(servers[name])
             scripts = {}
@@ -201,6 +213,18 @@ def print_table(results: Results, names: list[str], args: argparse.Namespace) ->
                 pipe = results[(protocol, label, connections, name, "pipeline")]
                 ratio = statistics.median(paired(pipe, results[(protocol, label, connections, PLAIN, "pipeline")]))
                 print(f"  {protocol:5} {label:7} x{connections:<3} {name:16} {ratio:5.2f}x  {verdict(ratio)}")
+    if any(name.startswith("against-") for name in names):
+        print()
+        print("This tree's pipeline over the --against tree's, paired by round: median [range] (req/s)")
+        for protocol, label, connections in keys:
+            for name in names:
+                if name.startswith("against-"):
+                    mine = results[(protocol, label, connections, name.replace("against-", "tritonrt-"), "pipeline")]
+                    ratios = paired(mine, results[(protocol, label, connections, name, "pipeline")])
+                    print(
+                        f"  {protocol:5} {label:7} x{connections:<3} {name[8:]:8} {statistics.median(ratios):5.2f}x "
+                        f"[{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+                    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--workers", choices=["thread", "process", "both"], default="both")
+    parser.add_argument("--against", type=pathlib.Path, help="another tree (its runtime, its backend built)")
     args: Any = parser.parse_args(argv)
     if args.duration < 1 or args.rounds < 1:
         parser.error("--duration and --rounds take whole numbers of at least 1")
