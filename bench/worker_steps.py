@@ -203,8 +203,7 @@ def _schedstat_ns() -> int:
 
 
 def _serve(mode: str, path: str) -> None:
-    """The child for end-to-end figures: serve one connection at ``path`` as a worker does; answer each ``cpu``
-    line with this process's CPU time so far (ns)."""
+    """The end-to-end child: serve one connection at ``path`` as a worker does; answer ``cpu`` with its CPU ns."""
     worker = _worker(mode, _listener(mode, pathlib.Path(path)))
     if mode == "process":
         gc.freeze()  # as a worker process does (tritonrt.models.worker_child)
