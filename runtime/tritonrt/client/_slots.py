@@ -78,16 +78,10 @@ class _SlotState(Generic[_C]):
             return clients
 
 
-class ClientSlot(Generic[_C]):
-    """The protocol client (a gRPC channel's client) a blocking transport sends with, made on first use.
+class _Slot(Generic[_C]):
+    """What both slots tell of their client's replacements."""
 
-    :meth:`replace` makes the next call use a new one; the old one is closed once its calls in flight ended
-    (closing a gRPC channel would cut them).
-    """
-
-    def __init__(self, make: Callable[[], _C], close: Callable[[_C], None]):
-        self._state: _SlotState[_C] = _SlotState(make)
-        self._close = close
+    _state: _SlotState[_C]
 
     @property
     def generation(self) -> int:
@@ -99,6 +93,18 @@ class ClientSlot(Generic[_C]):
         """None until the first :meth:`replace`; then a number, new at each, to make the clients with so that
         they share no connection with those made before (see ``tritonrt.client._grpc.channel_args``)."""
         return self._state.fresh
+
+
+class ClientSlot(_Slot[_C]):
+    """The protocol client (a gRPC channel's client) a blocking transport sends with, made on first use.
+
+    :meth:`replace` makes the next call use a new one; the old one is closed once its calls in flight ended
+    (closing a gRPC channel would cut them).
+    """
+
+    def __init__(self, make: Callable[[], _C], close: Callable[[_C], None]):
+        self._state: _SlotState[_C] = _SlotState(make)
+        self._close = close
 
     @contextlib.contextmanager
     def use(self) -> Iterator[tuple[_C, int]]:
@@ -123,23 +129,12 @@ class ClientSlot(Generic[_C]):
             self._close(client)
 
 
-class AsyncClientSlot(Generic[_C]):
+class AsyncClientSlot(_Slot[_C]):
     """:class:`ClientSlot` for asyncio transports: the client is closed with an awaitable."""
 
     def __init__(self, make: Callable[[], _C], close: Callable[[_C], Awaitable[None]]):
         self._state: _SlotState[_C] = _SlotState(make)
         self._close = close
-
-    @property
-    def generation(self) -> int:
-        """How many times the client was replaced."""
-        return self._state.generation
-
-    @property
-    def fresh(self) -> int | None:
-        """None until the first :meth:`replace`; then a number, new at each, to make the clients with so that
-        they share no connection with those made before (see ``tritonrt.client._grpc.channel_args``)."""
-        return self._state.fresh
 
     @property
     def current(self) -> _C:
