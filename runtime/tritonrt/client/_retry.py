@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +66,13 @@ class RetryCount:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.value = 0
+
+    def time_left(self, request: InferRequest, error: BaseException, url: str, timeout: float, started: float) -> float:
+        """The time the second try of ``request`` gets, sent at ``started`` (``time.monotonic``) with ``timeout``
+        and failed with ``error``: what is left of the timeout; 0 when it is not sent again (see the module: the
+        time is up, or the error says it may have run)."""
+        left = timeout - (time.monotonic() - started)
+        return left if left > 0 and self.send_again(request, error, url) else 0.0
 
     def send_again(self, request: InferRequest, error: BaseException, url: str) -> bool:
         """Whether ``request``, failed with ``error``, is sent again (see the module); if so count and log it."""

@@ -178,8 +178,8 @@ class AsyncioModelClient(TransportClient):
         try:
             return await self._transport.infer(request, timeout)
         except PyTritonClientError as error:
-            left = timeout - (time.monotonic() - started)
-            if left <= 0 or not self._retries.send_again(request, error, self._settings.url.with_scheme):
+            left = self._retries.time_left(request, error, self._settings.url.with_scheme, timeout, started)
+            if not left:
                 raise
         await self._transport.reconnect(generation)
         return await self._transport.infer(request, left)

@@ -258,8 +258,8 @@ class ModelClient(TransportClient):
         try:
             return self._transport.infer(request, timeout)
         except PyTritonClientError as error:
-            left = timeout - (time.monotonic() - started)
-            if left <= 0 or not self._retries.send_again(request, error, self._settings.url.with_scheme):
+            left = self._retries.time_left(request, error, self._settings.url.with_scheme, timeout, started)
+            if not left:
                 raise
         self._transport.reconnect(generation)
         return self._transport.infer(request, left)
