@@ -42,8 +42,8 @@ import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from faults import free_ports  # (bench/: the fault drills' helper, run from this folder as a script)
 from tritonclient.utils import InferenceServerException
+from tritonrt.ports import free_ports
 
 MODEL = "chaos"
 RAISE, SEGFAULT, HANG = -1.0, -2.0, -3.0  # the first value of a bad request's row

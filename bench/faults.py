@@ -43,6 +43,7 @@ from tritonclient.utils import InferenceServerException
 from tritonrt.decorators import batch, no_retry
 from tritonrt.model_config import DynamicBatcher, ModelConfig, Tensor
 from tritonrt.models.host import HostState
+from tritonrt.ports import free_ports
 from tritonrt.triton import RecoveryPolicy, Triton, TritonConfig, WorkerMode, WorkerOptions
 
 X = Tensor(name="x", dtype=np.float32, shape=(-1,))
@@ -52,16 +53,6 @@ ABORT = json.dumps({"inputs": [{"name": "x", "shape": [1, 2**40], "datatype": "F
 SEGFAULT = (
     '{"inputs":[{"name":"x","shape":[1,2],"datatype":"FP32","data":' + "[" * 100_000 + "1" + "]" * 100_000 + "}]}"
 )
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def new_triton() -> Triton:

@@ -28,11 +28,10 @@ import urllib.request
 from pathlib import Path
 
 from cpu_work import calibrate
+from tritonrt.ports import free_ports
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO))  # the repository's loadtests library (the baked project vendors the same)
-from loadtests.tune.service_process import free_ports  # noqa: E402
 
 PACKAGE = "my_service"
 PREFIX = PACKAGE.upper()

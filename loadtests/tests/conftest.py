@@ -20,7 +20,6 @@ import csv
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tritonrt.ports import free_ports
 
 # Under CI a skip fails (.ci/strict_skips.py): the CI machine has every tool these tests need.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".ci"))
@@ -36,17 +36,6 @@ from strict_skips import pytest_make_collect_report, pytest_runtest_makereport  
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 180
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclasses.dataclass(frozen=True)

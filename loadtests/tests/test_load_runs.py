@@ -18,8 +18,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 from PIL import Image
+from tritonrt.ports import free_ports
 
-from loadtests.tests.conftest import REPO_ROOT, free_ports
+from loadtests.tests.conftest import REPO_ROOT
 
 PROJECT_LOCUSTFILE = REPO_ROOT / "{{cookiecutter.project}}" / "loadtests" / "locustfile.py"
 

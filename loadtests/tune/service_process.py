@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,11 +26,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tritonrt.ports import free_ports
+
 from loadtests.errors import LoadTestSetupError
 from loadtests.tune.interrupts import deferred_interrupt, stop_child
 from loadtests.tune.space import Candidate
 
-__all__ = ["QueueCounters", "Service", "ServiceFailed", "ServiceProcess", "free_ports", "parse_queue_counters"]
+__all__ = ["QueueCounters", "Service", "ServiceFailed", "ServiceProcess", "parse_queue_counters"]
 
 POLL_S = 0.5
 STOP_TIMEOUT_S = 30.0
@@ -80,18 +81,6 @@ class QueueCounters:
         """Mean queue time per request (ms) between ``since`` and these counters; None when none was served."""
         served = self.successes - since.successes
         return (self.queue_us - since.queue_us) / served / 1000.0 if served > 0 else None
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on this machine now."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def parse_queue_counters(text: str, model: str) -> QueueCounters:

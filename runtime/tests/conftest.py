@@ -15,10 +15,8 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
-import socket
 import sys
 import time
 import uuid
@@ -27,6 +25,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tritonrt.models.host import ModelHost
+from tritonrt.ports import free_ports
 from tritonrt.triton import TritonConfig
 
 # Under CI a skip fails (.ci/strict_skips.py): the CI machine has every tool these tests need.
@@ -40,15 +39,6 @@ _SERVER_PROCESS_MARKS = ("tritonserver", "tritonrt.server.guard")
 _LEFTOVER_WAIT_S = 30.0
 # Small, so that stop() does not wait long for clients that keep connections open.
 EXIT_TIMEOUT_SECS = 1
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports that are free on all interfaces right now."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("", 0))
-        return [sock.getsockname()[1] for sock in sockets]
 
 
 def make_free_triton_config(**overrides) -> TritonConfig:

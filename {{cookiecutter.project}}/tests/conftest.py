@@ -19,6 +19,7 @@ from typing import NamedTuple, NoReturn
 import numpy as np
 import pytest
 from tritonrt.server.install import find_server_dir
+from tritonrt.ports import free_ports
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.client import Prediction
@@ -68,13 +69,6 @@ class Service:
             pytest.fail(f"The service ignored SIGTERM for {STOP_TIMEOUT_S} s; its output:\n{self.output()}")
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports that were free a moment ago."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
 
 
 def skip_or_fail_under_ci(reason: str) -> NoReturn:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PACKAGE, free_ports
+from conftest import PACKAGE
 from tritonrt.client.exceptions import PyTritonClientError
+from tritonrt.ports import free_ports
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.client import UNREACHABLE_TIMEOUT_S, {{ "AsyncClient, " if cookiecutter.max_batch_size | int > 0 }}Client, Prediction

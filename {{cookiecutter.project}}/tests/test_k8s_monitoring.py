@@ -30,10 +30,11 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ACCESS_TOKEN, MODEL_NAMES, Service, free_ports, start_service
+from conftest import ACCESS_TOKEN, MODEL_NAMES, Service, start_service
 from load import Load
 from manifests import DEPLOY_DIR, container, environment, find, render, require_tool
 from test_container import report
+from tritonrt.ports import free_ports
 
 from {{ cookiecutter.package }}.settings import PREFIX
 

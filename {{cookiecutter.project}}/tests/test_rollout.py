@@ -31,9 +31,10 @@ import docker
 import numpy as np
 import pytest
 from balancer import Balancer, Slot
-from conftest import assert_outputs_close, free_ports, outputs_of
+from conftest import assert_outputs_close, outputs_of
 from test_container import engine, image, report  # noqa: F401 (fixtures: the engine, the image built here)
 from test_k8s_kubelet import docker_settings, objects  # noqa: F401 (fixture: the rendered overlay)
+from tritonrt.ports import free_ports
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.client import Client

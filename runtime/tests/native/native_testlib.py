@@ -12,7 +12,9 @@ import sys
 import time
 import urllib.request
 
-__all__ = ["GOLDEN_DIR", "NATIVE_DIR", "PEER", "SPEC", "FakeBackend", "Stack", "free_ports", "spec_constants"]
+from tritonrt.ports import free_ports
+
+__all__ = ["GOLDEN_DIR", "NATIVE_DIR", "PEER", "SPEC", "FakeBackend", "Stack", "spec_constants"]
 
 NATIVE_DIR = pathlib.Path(__file__).resolve().parents[2] / "native"
 SPEC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "wire-protocol.md"
@@ -101,17 +103,6 @@ class FakeBackend:
 
 
 PEER = pathlib.Path(__file__).resolve().parent / "peer.py"
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Stack:

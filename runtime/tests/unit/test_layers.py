@@ -4,8 +4,8 @@ other in a circle (inside a package too), and public modules declare ``__all__``
 
 Layers, lowest first; a module may import its own package and the layers below its own:
 
-    exceptions, _access, memory, constants, metrics  <  model_config  <  context  <  decorators  <  client  <  server
-    <  proxy  <  bls  <  models  <  triton, __main__
+    exceptions, _access, memory, constants, metrics, ports  <  model_config  <  context  <  decorators  <  client
+    <  server  <  proxy  <  bls  <  models  <  triton, __main__
 """
 
 from __future__ import annotations
@@ -20,7 +20,14 @@ import tritonrt
 PACKAGE_DIR = pathlib.Path(tritonrt.__file__).parent
 
 LAYERS: list[tuple[str, ...]] = [
-    ("tritonrt.exceptions", "tritonrt._access", "tritonrt.memory", "tritonrt.constants", "tritonrt.metrics"),
+    (
+        "tritonrt.exceptions",
+        "tritonrt._access",
+        "tritonrt.memory",
+        "tritonrt.constants",
+        "tritonrt.metrics",
+        "tritonrt.ports",
+    ),
     ("tritonrt.model_config",),
     ("tritonrt.context",),
     ("tritonrt.decorators",),
