@@ -33,7 +33,6 @@ import os
 import pathlib
 import platform
 import re
-import socket
 import sys
 import threading
 import time
@@ -44,17 +43,6 @@ import numpy as np
 SAMPLE_VALUES = 16  # the size of the `-1` dimension of the check's inputs
 RTOL, ATOL = 1e-5, 1e-6  # float32 on the GPU against float64 in numpy
 SAMPLES_METRIC = "gpu_check_samples"
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def load_project(project: pathlib.Path) -> dict:
@@ -220,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     modules = load_project(args.project)
     spec = modules["spec"]
     check_contract(spec)
+    from tritonrt.ports import free_ports
     from tritonrt.triton import Triton, TritonSecurityConfig
 
     http_port, grpc_port, metrics_port = free_ports(3)

@@ -22,7 +22,8 @@ import time
 import urllib.request
 
 import numpy as np
-from run import HERE, free_port, wait_ready
+from run import HERE, wait_ready
+from tritonrt.ports import free_ports
 from tritonrt.server.install import find_or_install_server
 
 
@@ -58,7 +59,7 @@ def main() -> int:
     args = parser.parse_args()
     cuda = cuda_runtime()
     size = args.elements * 4
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     server = subprocess.Popen(
         [sys.executable, str(HERE / "serve_native.py"), "--http-port", str(http), "--grpc-port", str(grpc),
          "--metrics-port", str(metrics)], stdout=subprocess.PIPE, text=True,

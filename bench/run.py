@@ -23,7 +23,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,16 +33,11 @@ import time
 import urllib.request
 
 import psutil
+from tritonrt.ports import free_ports
 
 HERE = pathlib.Path(__file__).resolve().parent
 PLAIN_SITE = HERE / ".plain-site"
 CASES = [("64 B", 16, 1), ("64 B", 16, 16), ("1 MiB", 262144, 1), ("1 MiB", 262144, 16)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_ready(port: int, timeout: float = 180, model: str = "identity") -> None:
@@ -61,7 +55,7 @@ def wait_ready(port: int, timeout: float = 180, model: str = "identity") -> None
 class Server:
     def __init__(self, name: str, command: list[str], env: dict[str, str], model: str = "identity"):
         self.name = name
-        self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
+        self.http, self.grpc, self.metrics = free_ports(3)
         command = [c.format(http=self.http, grpc=self.grpc, metrics=self.metrics) for c in command]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.ready_s = None
