@@ -170,6 +170,7 @@ bench: install-server pytriton  ## proxy overhead, the worker's CPU by step, a C
 	bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/worker_steps.py
+	$(PY) bench/backend_steps.py
 	$(PY) bench/cpu_bound.py
 	$(PY) bench/pipeline.py
 
