@@ -166,7 +166,7 @@ demo: install-server  ## bake the defaults into build/demo, serve on a local tri
 	echo "==> Stopping the service (SIGTERM)"; \
 	trap - EXIT; kill -TERM $$pid; wait $$pid && echo "==> The service stopped cleanly (exit status 0)"
 
-bench: install-server pytriton  ## proxy overhead, the worker's CPU by step, a CPU-bound model, a BLS pipeline: plain Python backend vs tritonrt (threads, processes) vs PyTriton
+bench: install-server pytriton  ## proxy overhead, the worker's and the backend's CPU by step, a CPU-bound model, a BLS pipeline: plain Python backend vs tritonrt (threads, processes) vs PyTriton
 	bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/worker_steps.py
