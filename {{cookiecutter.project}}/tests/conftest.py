@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,8 +16,8 @@ from typing import NamedTuple, NoReturn
 
 import numpy as np
 import pytest
-from tritonrt.server.install import find_server_dir
 from tritonrt.ports import free_ports
+from tritonrt.server.install import find_server_dir
 
 from {{ cookiecutter.package }} import spec
 from {{ cookiecutter.package }}.client import Prediction
@@ -67,8 +65,6 @@ class Service:
             self.process.kill()
             self.process.wait()
             pytest.fail(f"The service ignored SIGTERM for {STOP_TIMEOUT_S} s; its output:\n{self.output()}")
-
-
 
 
 def skip_or_fail_under_ci(reason: str) -> NoReturn:
