@@ -1,5 +1,5 @@
 """TritonServerProcess starts its guard once more when the first ends before it read what to run, and says
-how the guard ended when the second does too."""
+how the guard ended when the second does too; its kill reaches a guard that has no process group of its own yet."""
 
 from __future__ import annotations
 
@@ -72,3 +72,19 @@ def test_a_kill_from_a_signal_handler_does_not_wait_on_the_lock_it_may_have_inte
         assert server._exited.wait(10) and not server.is_alive()
     finally:
         server.kill()
+
+
+def _guard_in_our_group(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A guard as Python 3.10 starts it, before its first line made its own process group: still in ours."""
+    pipe = subprocess.PIPE
+    script = "import sys, time; sys.stdin.buffer.read(); time.sleep(120)"
+    return subprocess.Popen([sys.executable, "-c", script], stdin=pipe, stdout=pipe, stderr=subprocess.STDOUT)
+
+
+def test_kill_reaches_a_guard_that_has_no_process_group_of_its_own_yet(monkeypatch):
+    monkeypatch.setattr(process_module, "_start_guard", _guard_in_our_group)
+    server = _server()
+    server.start()
+    assert server.is_alive()
+    server.kill()  # killpg finds no group of the guard's pid: the guard itself is killed
+    assert not server.is_alive()

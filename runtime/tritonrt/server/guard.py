@@ -119,6 +119,8 @@ def _start(command: list[str], hidden: dict[int, str]) -> subprocess.Popen[bytes
 
 
 def main() -> int:
+    if os.getpgrp() != os.getpid():  # started by Python 3.10, which cannot ask for it (server/process.py)
+        os.setpgid(0, 0)  # a process group of its own, in its owner's session
     spec = json.loads(sys.stdin.buffer.read())
     command = [str(argument) for argument in spec["command"]]
     hidden = {int(index): str(argument) for index, argument in spec.get("hidden", {}).items()}

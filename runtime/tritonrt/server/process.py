@@ -38,7 +38,11 @@ def _start_guard(env: dict[str, str]) -> subprocess.Popen[bytes]:
     pipe, to_stdout = subprocess.PIPE, subprocess.STDOUT
     if sys.version_info >= (3, 11):
         return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout, process_group=0)
-    return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout, preexec_fn=os.setpgrp)
+    # Python 3.10 has no process_group=, and preexec_fn=os.setpgrp would make subprocess fork() where it otherwise
+    # vforks: fork() runs the gRPC library's fork handlers, whose poller thread in the child aborts it once the
+    # child closes its inherited descriptors (2 starts in 400 died so, with tritonclient's gRPC busy in this
+    # process). The guard makes its process group itself, first thing.
+    return subprocess.Popen(command, env=env, stdin=pipe, stdout=pipe, stderr=to_stdout)
 
 
 def check_port_free(port: int, address: str, what: str, setting: str) -> None:
@@ -220,8 +224,8 @@ class TritonServerProcess:
             return  # reaped already: its process group's id may belong to another process by now
         try:
             os.killpg(self._process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+        except ProcessLookupError:  # no such group: on Python 3.10, a guard that has not made it yet (nor started
+            self._process.kill()  # the server, which it does after)
         if wait:
             self._exited.wait(10)
 
