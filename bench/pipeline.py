@@ -4,7 +4,7 @@ the same server and answers its output. Triton's Python backend (bench/plain/ide
 code on ``tritonrt.bls``), with worker threads and with worker processes, one tritonserver build.
 
     python bench/pipeline.py [--duration 2] [--rounds 3] [--no-grpc] [--workers thread|process|both]
-                             [--against OTHER_TREE]
+                             [--against OTHER_TREE/runtime]
 
 The three servers run side by side; round by round (in reverse order every other round) each is driven with wrk
 (binary-tensor KServe v2 HTTP) and the gRPC driver, on ``identity`` and on ``pipeline``. Prints per server and
@@ -13,9 +13,10 @@ Python backend's (median of the rounds' paired ratios, and their range) against 
 printed, never asserted), and the CPU time per request by role (tritonserver, stubs or worker processes, the
 serving Python process; the load generators not counted).
 
-With ``--against DIR`` (another tree's ``runtime``, its backend built: ``git archive REV runtime | tar -x -C DIR``
-then ``cargo build --release`` in ``DIR/runtime/native``) its tritonrt serves too, as ``against-<mode>``, in the
-same rounds, and the table adds this tree's pipeline over that one's (paired ratios): judge a change by these.
+With ``--against DIR/runtime`` (another tree's ``runtime``, as bench/run.py takes it, its backend built: ``git
+archive REV runtime | tar -x -C DIR``, then ``cargo build --release`` in ``DIR/runtime/native``) its tritonrt serves
+too, as ``against-<mode>``, in the same rounds, and the table adds this tree's pipeline over that one's (paired
+ratios): judge a change by these.
 """
 
 from __future__ import annotations
@@ -31,7 +32,17 @@ import tempfile
 import urllib.request
 from typing import Any
 
-from run import HERE, Server, cpu_us_per_request, plain_server, request_body, run_grpc, run_wrk, wrk_script
+from run import (
+    HERE,
+    Server,
+    against_environment,
+    cpu_us_per_request,
+    plain_server,
+    request_body,
+    run_grpc,
+    run_wrk,
+    wrk_script,
+)
 
 __all__ = ["CASES", "MODELS", "TARGET", "STRETCH", "main"]
 
@@ -65,9 +76,7 @@ def server_commands(
             command = [sys.executable, str(HERE / "serve.py"), "--runtime", "tritonrt", "--model", "pipeline"]
             commands[f"tritonrt-{mode}"] = ([*command, "--workers", mode, *ports], dict(os.environ))
             if against is not None:
-                library = against / "runtime/native/target/release/libtriton_tritonrt.so"
-                env = {**os.environ, "PYTHONPATH": str(against / "runtime"), "TRITONRT_NATIVE_LIBRARY": str(library)}
-                commands[f"against-{mode}"] = ([*command, "--workers", mode, *ports], env)
+                commands[f"against-{mode}"] = ([*command, "--workers", mode, *ports], against_environment(against))
     return commands
 
 
@@ -233,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--workers", choices=["thread", "process", "both"], default="both")
-    parser.add_argument("--against", type=pathlib.Path, help="another tree (its runtime, its backend built)")
+    parser.add_argument("--against", type=pathlib.Path, help="another tree's runtime/ (its backend built)")
     args: Any = parser.parse_args(argv)
     if args.duration < 1 or args.rounds < 1:
         parser.error("--duration and --rounds take whole numbers of at least 1")

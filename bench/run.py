@@ -230,6 +230,16 @@ def plain_server(source: pathlib.Path = HERE / "plain", model: str = "identity")
     return plain, plain_env
 
 
+def against_environment(runtime: pathlib.Path) -> dict[str, str]:
+    """The environment that serves another tree's tritonrt (``runtime``: that tree's ``runtime/``) with its own
+    backend library; exits saying how to build the library where it is missing."""
+    runtime = runtime.resolve()
+    library = runtime / "native" / "target" / "release" / "libtriton_tritonrt.so"
+    if not library.exists():
+        raise SystemExit(f"bench: {library} not found: run `cargo build --release` in {runtime / 'native'}")
+    return dict(os.environ, PYTHONPATH=str(runtime), TRITONRT_NATIVE_LIBRARY=str(library))
+
+
 def server_commands(args) -> dict[str, tuple[list[str], dict]]:
     plain, plain_env = plain_server()
     serve = [
@@ -248,11 +258,7 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
             command = [sys.executable, *serve, "--runtime", "tritonrt"]
             commands[name] = (command, dict(os.environ, TRITONRT_WORKERS=mode))
     if args.against is not None:  # another tree's tritonrt, its own backend library, in this tree's worker mode
-        runtime = args.against.resolve()
-        library = runtime / "native" / "target" / "release" / "libtriton_tritonrt.so"
-        if not library.exists():
-            raise SystemExit(f"bench: {library} not found: run `cargo build --release` in {runtime / 'native'}")
-        env = dict(os.environ, PYTHONPATH=str(runtime), TRITONRT_NATIVE_LIBRARY=str(library))
+        env = against_environment(args.against)
         env["TRITONRT_WORKERS"] = "process" if args.workers == "process" else "thread"
         commands["tritonrt-other"] = ([sys.executable, *serve, "--runtime", "tritonrt"], env)
     if args.pytriton:
