@@ -228,9 +228,7 @@ class InferenceRequest:
             return ResponseIterator(call)
         answer = call.next_answer()
         if type(answer) is CallAnswer and answer.final and answer.responses and call.span is None:
-            response = answer.responses[0]  # (the common case: one answer with one response, not traced)
-            if response.message is None:
-                return InferenceResponse([Tensor(name, array) for name, array in response.outputs.items()])
+            return call.response(answer.responses[0])  # (the common case: one final answer, no span to end)
         return call.single(_then(answer, call))
 
     async def async_exec(self, decoupled: bool = False) -> Any:
