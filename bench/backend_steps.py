@@ -47,7 +47,6 @@ import concurrent.futures
 import os
 import pathlib
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -56,8 +55,7 @@ import time
 from typing import Any
 
 import psutil
-from run import HERE, request_body, run_wrk, wait_ready, wrk_script
-from tritonrt.ports import free_ports
+from run import HERE, Server, request_body, run_wrk, wrk_script
 
 OUR_LIBRARY = "libtriton_tritonrt.so"
 ELEMENTS = {"64 B": 16, "1 MiB": 262144}  # FP32 elements per request
@@ -209,52 +207,15 @@ def _paranoid() -> str:
         return "unknown"
 
 
-def start_server(workers: str) -> tuple[subprocess.Popen[str], int]:
-    """bench/serve.py serving tritonrt's identity with worker ``workers``, ready: the process and its HTTP port."""
-    http, grpc, metrics = free_ports(3)
-    command = [sys.executable, str(HERE / "serve.py"), "--runtime", "tritonrt", "--workers", workers,
-               "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("READY"):
-                break
-        else:
-            raise RuntimeError(f"bench/serve.py exited ({process.wait()}) before it was ready")
-        wait_ready(http)
-    except BaseException:
-        stop_server(process)
-        raise
-    return process, http
-
-
-def tritonserver_of(server: subprocess.Popen[str]) -> psutil.Process:
+def tritonserver_of(server: Server) -> psutil.Process:
     """The tritonserver process among the server's descendants (tritonrt's guard starts it)."""
-    for process in psutil.Process(server.pid).children(recursive=True):
+    for process in psutil.Process(server.process.pid).children(recursive=True):
         try:
             if process.name() == "tritonserver":
                 return process
         except psutil.Error:
             continue
     raise RuntimeError("no tritonserver process under bench/serve.py")
-
-
-def stop_server(server: subprocess.Popen[str], tritonserver: psutil.Process | None = None) -> None:
-    """SIGTERM, then SIGKILL after 30 s; then tritonserver, if it outlives its parents by 10 s."""
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    if server.stdout is not None:
-        server.stdout.close()
-    if tritonserver is not None:
-        _, alive = psutil.wait_procs([tritonserver], timeout=10)
-        for process in alive:
-            process.kill()
 
 
 def _cpu_s(process: psutil.Process) -> float:
@@ -381,8 +342,10 @@ def main() -> int:
         body, header_length = request_body(ELEMENTS[args.size], workdir)
         script = wrk_script(body, header_length, workdir)
         print(f"load average before: {os.getloadavg()}", file=sys.stderr)
-        server, port = start_server(args.workers)
-        tritonserver = None
+        command = [sys.executable, str(HERE / "serve.py"), "--runtime", "tritonrt", "--workers", args.workers,
+                   "--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}"]  # fmt: skip
+        server = Server(f"tritonrt-{args.workers}", command, dict(os.environ))
+        port = server.http
         try:
             tritonserver = tritonserver_of(server)
             run_wrk(port, script, 1, 1)  # warm up
@@ -394,7 +357,7 @@ def main() -> int:
             print(f"backend_steps: skipped: {error}\n  To enable it: {enable}")
             return 0
         finally:
-            stop_server(server, tritonserver)
+            server.stop()
         print(f"load average after: {os.getloadavg()}", file=sys.stderr)
         print_table(rounds, args, tritonserver.pid)
     return 0

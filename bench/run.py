@@ -97,6 +97,7 @@ class Server:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
 
 
 def cpu_us_per_request(before: dict[str, float], after: dict[str, float], requests: float) -> dict[str, float]:
