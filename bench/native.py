@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from run import HERE, print_table, run_rounds, server_commands
+from run import HERE, SIZES, print_table, run_rounds, server_commands
 
 
 def main() -> int:
@@ -23,10 +23,10 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
-    parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
+    parser.add_argument("--size", choices=SIZES, help="run only this tensor size")
     parser.add_argument("--with-proxy", action="store_true", help="also run tritonrt itself (its worker, decorators)")
     args = parser.parse_args()
-    args.pytriton = False
+    args.pytriton = args.floor = False
     commands = server_commands(args)
     if not args.with_proxy:
         del commands["tritonrt"]

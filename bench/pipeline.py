@@ -4,7 +4,7 @@ the same server and answers its output. Triton's Python backend (bench/plain/ide
 code on ``tritonrt.bls``), with worker threads and with worker processes, one tritonserver build.
 
     python bench/pipeline.py [--duration 2] [--rounds 3] [--no-grpc] [--workers thread|process|both]
-                             [--against OTHER_TREE/runtime]
+                             [--against OTHER_TREE/runtime] [--no-floor]
 
 The three servers run side by side; round by round (in reverse order every other round) each is driven with wrk
 (binary-tensor KServe v2 HTTP) and the gRPC driver, on ``identity`` and on ``pipeline``. Prints per server and
@@ -12,6 +12,12 @@ case: pipeline req/s and p50, the pipeline/identity ratio (what one BLS call cos
 Python backend's (median of the rounds' paired ratios, and their range) against the targets (>= 1.5x, stretch 2x:
 printed, never asserted), and the CPU time per request by role (tritonserver, stubs or worker processes, the
 serving Python process; the load generators not counted).
+
+The floor serves beside them (bench/floor, built by bench/setup.sh): ``identity`` answered in Triton's own instance
+thread by a backend that does nothing else (bench/floor_backend), ``pipeline`` an ensemble of two such models. No
+backend can beat it, so its ratios to the Python backend's are the ceiling of any target; with an empty round trip
+between two processes (measured first) added per hop to a worker, it is the ceiling of any design whose Python runs
+in processes of its own, as tritonrt's and Triton's Python backend's does.
 
 With ``--against DIR/runtime`` (another tree's ``runtime``, as bench/run.py takes it, its backend built: ``git
 archive REV runtime | tar -x -C DIR``, then ``cargo build --release`` in ``DIR/runtime/native``) its tritonrt serves
@@ -37,6 +43,8 @@ from run import (
     Server,
     against_environment,
     cpu_us_per_request,
+    empty_round_trip_us,
+    floor_server,
     plain_server,
     request_body,
     run_grpc,
@@ -51,6 +59,8 @@ MODELS = ("identity", "pipeline")
 TARGET, STRETCH = 1.5, 2.0
 ROLES = ("tritonserver", "workers", "python")
 PLAIN = "plain"  # run.Server treats a name starting with "plain" as a bare tritonserver
+FLOOR = "floor"  # bench/floor: no backend can cost less on this server (see floor_server)
+ROUND_TRIPS = {"identity": 1, "pipeline": 3}  # between tritonserver and workers, per request (see print_ceiling)
 
 Figures = dict[str, float]
 Results = dict[tuple[str, str, int, str, str], list[Figures]]  # (protocol, size, connections, server, model)
@@ -65,11 +75,13 @@ def plain_source(workdir: pathlib.Path) -> pathlib.Path:
 
 
 def server_commands(
-    workers: str, workdir: pathlib.Path, against: pathlib.Path | None = None
+    workers: str, workdir: pathlib.Path, against: pathlib.Path | None = None, floor: bool = True
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """name -> (command, environment) of the Python backend's server and tritonrt's, one per worker mode (and the
-    ``against`` tree's, ``against-<mode>``)."""
+    ``against`` tree's, ``against-<mode>``; and the floor's, where it is built)."""
     commands = {PLAIN: plain_server(plain_source(workdir), "pipeline")}
+    if floor and (floor_command := floor_server()) is not None:
+        commands[FLOOR] = floor_command
     ports = ["--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}"]
     for mode in ("thread", "process"):
         if workers in (mode, "both"):
@@ -111,11 +123,13 @@ def measure(
 
 def run_rounds(args: argparse.Namespace) -> tuple[Results, list[str]]:
     results: Results = {}
+    if args.floor:  # (before any server starts: the machine is idle)
+        args.round_trip_us = empty_round_trip_us()
     with tempfile.TemporaryDirectory(prefix="tritonrt-bench-pipeline-") as tmp:
         workdir = pathlib.Path(tmp)
         servers: dict[str, Server] = {}
         try:
-            for name, (command, env) in server_commands(args.workers, workdir, args.against).items():
+            for name, (command, env) in server_commands(args.workers, workdir, args.against, args.floor).items():
                 servers[name] = Server(name, command, env, model="pipeline")
                 check_answers(servers[name])
             scripts = {}
@@ -218,10 +232,12 @@ def print_table(results: Results, names: list[str], args: argparse.Namespace) ->
     )
     for protocol, label, connections in keys:
         for name in names:
-            if name != PLAIN:
+            if name not in (PLAIN, FLOOR):
                 pipe = results[(protocol, label, connections, name, "pipeline")]
                 ratio = statistics.median(paired(pipe, results[(protocol, label, connections, PLAIN, "pipeline")]))
                 print(f"  {protocol:5} {label:7} x{connections:<3} {name:16} {ratio:5.2f}x  {verdict(ratio)}")
+    if FLOOR in names:
+        print_ceiling(results, names, keys, args.round_trip_us)
     if any(name.startswith("against-") for name in names):
         print()
         print("This tree's pipeline over the --against tree's, paired by round: median [range] (req/s)")
@@ -236,6 +252,43 @@ def print_table(results: Results, names: list[str], args: argparse.Namespace) ->
                     )
 
 
+def print_ceiling(results: Results, names: list[str], keys: list[tuple[str, str, int]], round_trip_us: float) -> None:
+    """Each server's identity and pipeline over the Python backend's, next to the floor's: a backend that costs
+    nothing (bench/floor_backend) reaches the floor's ratio and no more, so a target above it is out of reach. From
+    one connection, a backend whose worker is another process waits at least one round trip more per request than
+    the floor: ``worker floor`` is the floor's identity with one empty round trip added to its latency."""
+    print()
+    print(
+        f"Over the Python backend's, paired by round, medians: identity | pipeline. {FLOOR} = a backend that costs "
+        "nothing\n(answers in Triton's instance thread; its pipeline an ensemble of two such models): no backend can "
+        "exceed its ratios"
+    )
+    for protocol, label, connections in keys:
+        cells = []
+        for name in names:
+            if name != PLAIN:
+                pair = [
+                    statistics.median(paired(results[(protocol, label, connections, name, model)],
+                                             results[(protocol, label, connections, PLAIN, model)]))
+                    for model in MODELS
+                ]  # fmt: skip
+                cells.append(f"{name} {pair[0]:4.2f} | {pair[1]:4.2f}")
+        if connections == 1:
+            pair = []
+            for model, trips in ROUND_TRIPS.items():
+                floor_s = 1 / median(results[(protocol, label, connections, FLOOR, model)], "rps")
+                plain_rps = median(results[(protocol, label, connections, PLAIN, model)], "rps")
+                pair.append(1 / (floor_s + trips * round_trip_us / 1e6) / plain_rps)
+            cells.append(f"worker floor {pair[0]:4.2f} | {pair[1]:4.2f}")
+        print(f"  {protocol:5} {label:7} x{connections:<3} " + "   ".join(cells))
+    print(
+        "  worker floor: from one connection, the floor's latency plus the round trips to workers that any design with"
+        "\n  its Python in processes of its own makes, each an empty round trip between two processes"
+        f" ({round_trip_us:.1f} us here):\n  {ROUND_TRIPS['identity']} for identity, {ROUND_TRIPS['pipeline']} for the"
+        " pipeline (the caller's batch and its reply, the call and its answer, the callee's batch and its reply)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--duration", type=int, default=2, help="seconds per run (wrk takes whole seconds)")
@@ -243,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
     parser.add_argument("--workers", choices=["thread", "process", "both"], default="both")
     parser.add_argument("--against", type=pathlib.Path, help="another tree's runtime/ (its backend built)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false", help="leave out the floor (bench/floor)")
     args: Any = parser.parse_args(argv)
     if args.duration < 1 or args.rounds < 1:
         parser.error("--duration and --rounds take whole numbers of at least 1")

@@ -3,13 +3,16 @@ tritonserver build. The plain model runs in Triton's Python stub for this interp
 folder in a temporary repository), built against numpy 1.x: it gets numpy<2 from bench/.plain-site (installed
 on first run), on its own import path only.
 
-    python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|"1 MiB"]
-                        [--workers thread|process|both] [--against OTHER_TREE/runtime]
+    python bench/run.py [--duration 2] [--rounds 7] [--no-pytriton] [--no-grpc] [--size "64 B"|...|"4 MiB"]
+                        [--workers thread|process|both] [--against OTHER_TREE/runtime] [--no-floor]
 
-Starts the three servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and
-with a gRPC driver, interleaving the servers round by round (in reverse order every other round), and
-prints req/s, p50, p99 and the ratios to the plain backend, the CPU time per request of each server's processes
-(tritonserver, stubs, the serving process; the load generators not counted). Also prints the time from
+The floor (bench/floor's identity, answered in Triton's own instance thread by bench/floor_backend, built by
+bench/setup.sh) serves beside them: what no backend can beat on this server.
+
+Starts the servers on free ports, drives each with wrk (binary-tensor KServe v2 HTTP requests) and with a gRPC
+driver, interleaving the servers round by round (in reverse order every other round), and prints req/s, p50, p99
+and the ratios to the plain backend, the CPU time per request of each server's processes (tritonserver, stubs, the
+serving process; the load generators not counted). Also prints the time from
 Triton().run() to ready and the serving process's memory under load.
 """
 
@@ -23,6 +26,7 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +41,12 @@ from tritonrt.ports import free_ports
 
 HERE = pathlib.Path(__file__).resolve().parent
 PLAIN_SITE = HERE / ".plain-site"
-CASES = [("64 B", 16, 1), ("64 B", 16, 16), ("1 MiB", 262144, 1), ("1 MiB", 262144, 16)]
+# (label, FP32 elements, connections): issue 39's cases (16 KiB x16 and 4 MiB x4 too) and 1 MiB x16
+CASES = [
+    ("64 B", 16, 1), ("64 B", 16, 16), ("16 KiB", 4096, 16), ("1 MiB", 262144, 1), ("1 MiB", 262144, 16),
+    ("4 MiB", 1048576, 4),
+]  # fmt: skip
+SIZES = list(dict.fromkeys(label for label, _, _ in CASES))
 
 
 def wait_ready(port: int, timeout: float = 180, model: str = "identity") -> None:
@@ -55,11 +64,12 @@ def wait_ready(port: int, timeout: float = 180, model: str = "identity") -> None
 class Server:
     def __init__(self, name: str, command: list[str], env: dict[str, str], model: str = "identity"):
         self.name = name
+        self.bare = name.startswith("plain") or name == "floor"  # a tritonserver alone (no serving Python process)
         self.http, self.grpc, self.metrics = free_ports(3)
         command = [c.format(http=self.http, grpc=self.grpc, metrics=self.metrics) for c in command]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.ready_s = None
-        if not name.startswith("plain"):
+        if not self.bare:
             lines = []
             for line in self.process.stdout:  # PyTriton prints the server's log here too
                 if line.startswith("READY"):
@@ -72,7 +82,7 @@ class Server:
         wait_ready(self.http, model=model)
 
     def rss_mib(self) -> float | None:
-        if self.name.startswith("plain"):
+        if self.bare:
             return None
         return psutil.Process(self.process.pid).memory_info().rss / 2**20
 
@@ -92,7 +102,7 @@ class Server:
         return found
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT if self.name.startswith("plain") else signal.SIGTERM)
+        self.process.send_signal(signal.SIGINT if self.bare else signal.SIGTERM)
         try:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
@@ -169,6 +179,33 @@ def run_grpc(port: int, elements: int, connections: int, duration: float, model:
     return json.loads(out)
 
 
+def empty_round_trip_us(count: int = 20000) -> float:
+    """The latency of one round trip between two processes that do nothing else, in microseconds: a byte written to
+    a Unix socket and written back, both sides blocked in read in between (as the backend and its worker wait for
+    each other's messages); the median of 20 runs of ``count / 20``."""
+    mine, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # (the child only echoes: nothing of this process's threads is used)
+        mine.close()
+        try:
+            while os.read(theirs.fileno(), 1):
+                os.write(theirs.fileno(), b"x")
+        finally:
+            os._exit(0)
+    theirs.close()
+    fd, each = mine.fileno(), max(1, count // 20)
+    runs = []
+    for _ in range(20):
+        start = time.perf_counter()
+        for _ in range(each):
+            os.write(fd, b"x")
+            os.read(fd, 1)
+        runs.append((time.perf_counter() - start) / each * 1e6)
+    mine.close()
+    os.waitpid(pid, 0)
+    return statistics.median(runs)
+
+
 def python_library_dir() -> str:
     """This interpreter's libpython folder: Triton's Python stub (the plain model's, PyTriton's) loads it by soname."""
     return sysconfig.get_config_var("LIBDIR") or ""
@@ -231,6 +268,36 @@ def plain_server(source: pathlib.Path = HERE / "plain", model: str = "identity")
     return plain, plain_env
 
 
+FLOOR_LIBRARY = HERE / "floor_backend" / "target" / "release" / "libtriton_floor.so"
+
+
+def floor_server() -> tuple[list[str], dict] | None:
+    """The command and environment of tritonserver serving bench/floor (the floor: ``identity`` answered in Triton's
+    own instance thread by bench/floor_backend, ``pipeline`` an ensemble of two such models); None, saying how to
+    build it, when its library is missing."""
+    from tritonrt.server import environment
+    from tritonrt.server.install import find_or_install_server
+
+    if not FLOOR_LIBRARY.exists():
+        print(f"bench: no floor ({FLOOR_LIBRARY} not built: bench/setup.sh builds it)", file=sys.stderr)
+        return None
+    server_dir = find_or_install_server()
+    repository = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-bench-floor-"))
+    atexit.register(shutil.rmtree, repository, ignore_errors=True)
+    shutil.copytree(HERE / "floor", repository, dirs_exist_ok=True)
+    for config in repository.glob("*/config.pbtxt"):
+        version = config.parent / "1"
+        version.mkdir()
+        if 'backend: "floor"' in config.read_text():  # (Triton loads a backend's library from the model's folder)
+            shutil.copy2(FLOOR_LIBRARY, version / FLOOR_LIBRARY.name)
+    command = [
+        str(server_dir / "bin/tritonserver"), f"--model-repository={repository}",
+        f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
+        "--metrics-port={metrics}", "--exit-timeout-secs=2",
+    ]  # fmt: skip
+    return command, environment.server_environment(server_dir)
+
+
 def against_environment(runtime: pathlib.Path) -> dict[str, str]:
     """The environment that serves another tree's tritonrt (``runtime``: that tree's ``runtime/``) with its own
     backend library; exits saying how to build the library where it is missing."""
@@ -253,6 +320,8 @@ def server_commands(args) -> dict[str, tuple[list[str], dict]]:
         "{metrics}",
     ]
     commands = {"plain": (plain, plain_env)}
+    if args.floor and (floor := floor_server()) is not None:  # what no backend can beat (bench/floor_backend)
+        commands["floor"] = floor
     for mode in ("thread", "process"):
         if args.workers in (mode, "both"):
             name = "tritonrt" if mode == "thread" else "tritonrt-process"
@@ -276,7 +345,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-pytriton", dest="pytriton", action="store_false")
     parser.add_argument("--no-grpc", dest="grpc", action="store_false")
-    parser.add_argument("--size", choices=["64 B", "1 MiB"], help="run only this tensor size")
+    parser.add_argument("--size", choices=SIZES, help="run only this tensor size")
+    parser.add_argument("--no-floor", dest="floor", action="store_false", help="leave out the floor (bench/floor)")
     parser.add_argument(
         "--workers",
         choices=["thread", "process", "both"],

@@ -8,3 +8,6 @@ if ! command -v wrk >/dev/null; then
 fi
 # PyTriton 0.7 in bench/.venv-pytriton: `make pytriton` (a prerequisite of make bench; make test shares it).
 make -C "$here/.." --no-print-directory pytriton
+# The floor (bench/floor_backend: a backend that answers in Triton's own thread), which bench/pipeline.py runs beside
+# the others to show what no backend can beat.
+cargo build --quiet --release --manifest-path "$here/floor_backend/Cargo.toml"
