@@ -25,11 +25,12 @@ from tritonrt.decorators import batch
 from tritonrt.exceptions import PyTritonValidationError
 from tritonrt.model_config import ModelConfig, Tensor
 from tritonrt.model_config.common import ModelWarmup, WarmupInput
-from tritonrt.triton import RemoteTriton, WorkerInfo, WorkerMode, WorkerOptions
+from tritonrt.triton import RecoveryPolicy, RemoteTriton, WorkerInfo, WorkerMode, WorkerOptions
 
 pytestmark = pytest.mark.integration
 
 WAIT_S = 60  # a guard against hanging, not a measurement
+FORKS_UNDER_GRPC = 10  # workers forked while gRPC calls are in flight in this process
 SETUP_VALUE: list[float] = []  # filled by setup() inside each worker process, never in this one
 CALLS: list[bool] = []  # one entry per call of counted(): whether setup() had run before it
 
@@ -183,6 +184,49 @@ def test_a_killed_worker_fails_only_its_requests_and_serves_again(server, recove
     backend = [message for message in failures if 'lost the process serving model "procs"' in message]
     assert len(ours) + len(backend) == len(failures), failures
     assert len(failures) <= 8, failures  # at most two batches of up to max_batch_size requests
+
+
+def test_workers_forked_while_this_process_has_grpc_calls_in_flight_serve(new_triton, recoveries):
+    """A replacement worker is forked from this process while its other threads have gRPC calls in flight (a
+    service that is its own client, a test): gRPC's threads and fork handlers must not break the child."""
+    server = new_triton(recovery=RecoveryPolicy(worker_restarts=FORKS_UNDER_GRPC, backoff_s=0.0))
+    options = WorkerOptions(mode=WorkerMode.PROCESS)
+    server.triton.bind("procs", whoami, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=4), workers=options)
+    server.triton.run()
+    failures: list[str] = []
+    answered: list[int] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        client = server.grpc_client()
+        try:
+            while not stop.is_set():
+                try:
+                    answered.append(int(server.infer("grpc", "procs", sleep_for(0.001), client=client)["pid"][0, 0]))
+                except InferenceServerException as error:
+                    failures.append(error.message())
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for kills in range(1, FORKS_UNDER_GRPC + 1):
+            victim = pids(server, "procs")[0]
+            os.kill(victim, signal.SIGKILL)
+            recoveries.wait_recovered(kills)
+            replacement = pids(server, "procs")[0]
+            assert replacement != victim
+            deadline = time.monotonic() + WAIT_S
+            while replacement not in answered[-200:] and time.monotonic() < deadline:  # forked and serving
+                time.sleep(0.005)
+            assert replacement in answered, f"the worker forked after kill {kills} never answered"
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert all("SIGKILL" in message or "lost the process" in message for message in failures), failures
 
 
 @pytest.mark.parametrize("protocol", ["http"])
