@@ -13,30 +13,18 @@
 use std::ffi::{c_char, c_void};
 use std::ptr;
 
-#[repr(C)]
-pub struct TritonError {
-    _opaque: [u8; 0],
+/// Triton's opaque handles, one type each.
+macro_rules! opaque {
+    ($($name:ident),*) => {
+        $(
+            #[repr(C)]
+            pub struct $name {
+                _opaque: [u8; 0],
+            }
+        )*
+    };
 }
-#[repr(C)]
-pub struct ModelInstance {
-    _opaque: [u8; 0],
-}
-#[repr(C)]
-pub struct Request {
-    _opaque: [u8; 0],
-}
-#[repr(C)]
-pub struct Input {
-    _opaque: [u8; 0],
-}
-#[repr(C)]
-pub struct Response {
-    _opaque: [u8; 0],
-}
-#[repr(C)]
-pub struct Output {
-    _opaque: [u8; 0],
-}
+opaque!(TritonError, ModelInstance, Request, Input, Response, Output);
 
 const MEMORY_CPU: u32 = 0;
 const RESPONSE_COMPLETE_FINAL: u32 = 1;
