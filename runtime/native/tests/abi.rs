@@ -104,6 +104,8 @@ struct Sources {
     sys: String,
     wire: String,
     dtype: String,
+    /// The benchmarks' floor backend (bench/floor_backend, in this repository only: not vendored with the crate).
+    floor: String,
     /// The vendored headers' text.
     headers: Vec<String>,
 }
@@ -117,6 +119,7 @@ impl Sources {
             sys: read("src/sys.rs"),
             wire: read("src/wire/mod.rs"),
             dtype: read("src/dtype.rs"),
+            floor: read("../../bench/floor_backend/src/lib.rs"),
             headers: vec![read("abi/triton/core/tritonserver.h"), read("abi/triton/core/tritonbackend.h")],
         }
     }
@@ -196,9 +199,8 @@ fn assert_signature(c: &mut String, origin: &str, function: &Function) -> Result
     Ok(())
 }
 
-/// The C file that checks every declaration of `sources`, and what it checks.
-fn generate(sources: &Sources) -> Result<(String, Counts), String> {
-    let mut counts = Counts::default();
+/// The C file's start: libc's headers, the typedefs C needs for Triton's opaque structs, Triton's headers.
+fn prelude(headers: &[String]) -> String {
     let mut c = String::from(
         "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <fcntl.h>\n#include <poll.h>\n#include <sched.h>\n\
          #include <stddef.h>\n#include <stdint.h>\n#include <sys/eventfd.h>\n#include <sys/mman.h>\n#include <sys/socket.h>\n\
@@ -207,7 +209,7 @@ fn generate(sources: &Sources) -> Result<(String, Counts), String> {
     );
     // The headers forward-declare their opaque structs (`struct TRITONSERVER_Error;`) and then name them
     // without `struct`, as C++ allows: C needs the typedefs first.
-    for header in &sources.headers {
+    for header in headers {
         for line in header.lines() {
             if let Some(name) = line.strip_prefix("struct ").and_then(|rest| rest.strip_suffix(';')) {
                 writeln!(c, "typedef struct {name} {name};").expect("write to String");
@@ -215,6 +217,13 @@ fn generate(sources: &Sources) -> Result<(String, Counts), String> {
         }
     }
     c.push_str("#include \"triton/core/tritonbackend.h\"\n\n");
+    c
+}
+
+/// The C file that checks every declaration of `sources`, and what it checks.
+fn generate(sources: &Sources) -> Result<(String, Counts), String> {
+    let mut counts = Counts::default();
+    let mut c = prelude(&sources.headers);
     for function in table_functions(&sources.api) {
         assert_signature(&mut c, "src/triton/api.rs", &function)?;
         counts.signatures += 1;

@@ -1,8 +1,10 @@
 //! Reading the crate's own Rust sources for the ABI check (`tests/abi.rs`): functions of the API table and of
 //! `extern "C"` blocks and definitions, constants, `#[repr(C)]` structs and the data type codes, as text.
 //! `expected` lists the functions each source declares, which the reading must find, no more, no fewer.
+//! `floor` checks the benchmarks' floor backend (bench/floor_backend) the same way.
 
 pub mod expected;
+mod floor;
 
 use std::collections::BTreeSet;
 
