@@ -1,7 +1,7 @@
-//! The benchmarks' floor (`bench/run.py`, `bench/pipeline.py`): a Triton backend whose models answer each request with a copy of its
-//! first input as `OUTPUT`, in Triton's own instance thread. No worker, no Python, no socket: what a request costs
-//! here is what Triton itself costs (HTTP or gRPC frontend, dynamic batcher, instance thread, response), the least
-//! that any backend, tritonrt's or Triton's Python backend, can cost on the same server.
+//! The benchmarks' floor (`bench/run.py`, `bench/pipeline.py`): a Triton backend whose models answer each request
+//! with a copy of its first input as `OUTPUT`, in Triton's own instance thread. No worker, no Python, no socket: what
+//! a request costs here is what Triton itself costs (HTTP or gRPC frontend, dynamic batcher, instance thread,
+//! response), the least that any backend, tritonrt's or Triton's Python backend, can cost on the same server.
 //!
 //! Only `TRITONBACKEND_ModelInstanceExecute` is defined: Triton's other entry points are optional. The functions
 //! below are declared from tritonbackend.h and tritonserver.h (facts of Triton's ABI; linking tritonrt's crate for its
