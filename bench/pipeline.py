@@ -6,7 +6,7 @@ code on ``tritonrt.bls``), with worker threads and with worker processes, one tr
     python bench/pipeline.py [--duration 2] [--rounds 3] [--no-grpc] [--workers thread|process|both]
                              [--against OTHER_TREE/runtime] [--no-floor]
 
-The three servers run side by side; round by round (in reverse order every other round) each is driven with wrk
+The servers run side by side; round by round (in reverse order every other round) each is driven with wrk
 (binary-tensor KServe v2 HTTP) and the gRPC driver, on ``identity`` and on ``pipeline``. Prints per server and
 case: pipeline req/s and p50, the pipeline/identity ratio (what one BLS call costs), tritonrt's pipeline over the
 Python backend's (median of the rounds' paired ratios, and their range) against the targets (>= 1.5x, stretch 2x:
@@ -255,8 +255,9 @@ def print_table(results: Results, names: list[str], args: argparse.Namespace) ->
 def print_ceiling(results: Results, names: list[str], keys: list[tuple[str, str, int]], round_trip_us: float) -> None:
     """Each server's identity and pipeline over the Python backend's, next to the floor's: a backend that costs
     nothing (bench/floor_backend) reaches the floor's ratio and no more, so a target above it is out of reach. From
-    one connection, a backend whose worker is another process waits at least one round trip more per request than
-    the floor: ``worker floor`` is the floor's identity with one empty round trip added to its latency."""
+    one connection, a design whose Python runs in processes of its own waits at least ROUND_TRIPS round trips more
+    per request than the floor: ``worker floor`` is the floor with that many empty round trips added to its
+    latency."""
     print()
     print(
         f"Over the Python backend's, paired by round, medians: identity | pipeline. {FLOOR} = a backend that costs "
