@@ -14,10 +14,11 @@ printed, never asserted), and the CPU time per request by role (tritonserver, st
 serving Python process; the load generators not counted).
 
 The floor serves beside them (bench/floor, built by bench/setup.sh): ``identity`` answered in Triton's own instance
-thread by a backend that does nothing else (bench/floor_backend), ``pipeline`` an ensemble of two such models. No
-backend can beat it, so its ratios to the Python backend's are the ceiling of any target; with an empty round trip
-between two processes (measured first) added per hop to a worker, it is the ceiling of any design whose Python runs
-in processes of its own, as tritonrt's and Triton's Python backend's does.
+thread by a backend that does nothing else (bench/floor_backend), ``pipeline`` that backend calling ``identity`` for
+each request through Triton's in-process API (BLS) from its instance thread. No backend can beat it, so its ratios
+to the Python backend's are the ceiling of any target; with an empty round trip between two processes (measured
+first) added per hop to a worker, it is the ceiling of any design whose Python runs in processes of its own, as
+tritonrt's and Triton's Python backend's does.
 
 With ``--against DIR/runtime`` (another tree's ``runtime``, as bench/run.py takes it, its backend built: ``git
 archive REV runtime | tar -x -C DIR``, then ``cargo build --release`` in ``DIR/runtime/native``) its tritonrt serves
@@ -261,7 +262,7 @@ def print_ceiling(results: Results, names: list[str], keys: list[tuple[str, str,
     print()
     print(
         f"Over the Python backend's, paired by round, medians: identity | pipeline. {FLOOR} = a backend that costs "
-        "nothing\n(answers in Triton's instance thread; its pipeline an ensemble of two such models): no backend can "
+        "nothing\n(answers in Triton's instance thread; its pipeline calls its identity by BLS there): no backend can "
         "exceed its ratios"
     )
     for protocol, label, connections in keys:

@@ -273,8 +273,8 @@ FLOOR_LIBRARY = HERE / "floor_backend" / "target" / "release" / "libtriton_floor
 
 def floor_server() -> tuple[list[str], dict] | None:
     """The command and environment of tritonserver serving bench/floor (the floor: ``identity`` answered in Triton's
-    own instance thread by bench/floor_backend, ``pipeline`` an ensemble of two such models); None, saying how to
-    build it, when its library is missing."""
+    own instance thread by bench/floor_backend, ``pipeline`` calling it by BLS from its instance thread); None,
+    saying how to build it, when its library is missing."""
     from tritonrt.server import environment
     from tritonrt.server.install import find_or_install_server
 

@@ -104,7 +104,8 @@ struct Sources {
     sys: String,
     wire: String,
     dtype: String,
-    /// The benchmarks' floor backend (bench/floor_backend, in this repository only: not vendored with the crate).
+    /// The benchmarks' floor backend (bench/floor_backend, in this repository only: not vendored with the crate): its
+    /// declarations (triton.rs), then its entry point (lib.rs).
     floor: String,
     /// The vendored headers' text.
     headers: Vec<String>,
@@ -119,7 +120,7 @@ impl Sources {
             sys: read("src/sys.rs"),
             wire: read("src/wire/mod.rs"),
             dtype: read("src/dtype.rs"),
-            floor: read("../../bench/floor_backend/src/lib.rs"),
+            floor: read("../../bench/floor_backend/src/triton.rs") + &read("../../bench/floor_backend/src/lib.rs"),
             headers: vec![read("abi/triton/core/tritonserver.h"), read("abi/triton/core/tritonbackend.h")],
         }
     }
