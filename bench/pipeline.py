@@ -59,7 +59,7 @@ CASES: list[tuple[str, int, int]] = [("64 B", 16, 1), ("64 B", 16, 16), ("1 MiB"
 MODELS = ("identity", "pipeline")
 TARGET, STRETCH = 1.5, 2.0
 ROLES = ("tritonserver", "workers", "python")
-PLAIN = "plain"  # run.Server treats a name starting with "plain" as a bare tritonserver
+PLAIN = "plain"
 FLOOR = "floor"  # bench/floor: no backend can cost less on this server (see floor_server)
 ROUND_TRIPS = {"identity": 1, "pipeline": 3}  # between tritonserver and workers, per request (see print_ceiling)
 
@@ -124,8 +124,6 @@ def measure(
 
 def run_rounds(args: argparse.Namespace) -> tuple[Results, list[str]]:
     results: Results = {}
-    if args.floor:  # (before any server starts: the machine is idle)
-        args.round_trip_us = empty_round_trip_us()
     with tempfile.TemporaryDirectory(prefix="tritonrt-bench-pipeline-") as tmp:
         workdir = pathlib.Path(tmp)
         servers: dict[str, Server] = {}
@@ -185,7 +183,7 @@ def verdict(ratio: float) -> str:
     return f"met ({TARGET:g}x)" if ratio >= TARGET else f"MISSED (target {TARGET:g}x)"
 
 
-def print_table(results: Results, names: list[str], args: argparse.Namespace) -> None:
+def print_table(results: Results, names: list[str], args: argparse.Namespace, round_trip_us: float) -> None:
     keys = sorted({key[:3] for key in results}, key=lambda k: (k[0] != "http", k[1] != "64 B", k[2]))
     print()
     print(
@@ -238,7 +236,7 @@ def print_table(results: Results, names: list[str], args: argparse.Namespace) ->
                 ratio = statistics.median(paired(pipe, results[(protocol, label, connections, PLAIN, "pipeline")]))
                 print(f"  {protocol:5} {label:7} x{connections:<3} {name:16} {ratio:5.2f}x  {verdict(ratio)}")
     if FLOOR in names:
-        print_ceiling(results, names, keys, args.round_trip_us)
+        print_ceiling(results, names, keys, round_trip_us)
     if any(name.startswith("against-") for name in names):
         print()
         print("This tree's pipeline over the --against tree's, paired by round: median [range] (req/s)")
@@ -302,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     args: Any = parser.parse_args(argv)
     if args.duration < 1 or args.rounds < 1:
         parser.error("--duration and --rounds take whole numbers of at least 1")
+    round_trip_us = empty_round_trip_us()  # (before any server starts: the machine is idle)
     results, names = run_rounds(args)
-    print_table(results, names, args)
+    print_table(results, names, args, round_trip_us)
     return 0
 
 

@@ -64,7 +64,7 @@ def wait_ready(port: int, timeout: float = 180, model: str = "identity") -> None
 class Server:
     def __init__(self, name: str, command: list[str], env: dict[str, str], model: str = "identity"):
         self.name = name
-        self.bare = name.startswith("plain") or name == "floor"  # a tritonserver alone (no serving Python process)
+        self.bare = pathlib.Path(command[0]).name == "tritonserver"  # alone: no serving Python process
         self.http, self.grpc, self.metrics = free_ports(3)
         command = [c.format(http=self.http, grpc=self.grpc, metrics=self.metrics) for c in command]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -223,6 +223,23 @@ def plain_site() -> pathlib.Path:
     return PLAIN_SITE
 
 
+def temporary_repository(source: pathlib.Path, kind: str) -> pathlib.Path:
+    """``source``'s models copied into a temporary model repository, removed at exit."""
+    repository = pathlib.Path(tempfile.mkdtemp(prefix=f"tritonrt-bench-{kind}-"))
+    atexit.register(shutil.rmtree, repository, ignore_errors=True)
+    shutil.copytree(source, repository, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return repository
+
+
+def tritonserver_command(server_dir: pathlib.Path, repository: pathlib.Path, *options: str) -> list[str]:
+    """tritonserver serving ``repository`` alone, on the ports Server fills in, with ``options`` added."""
+    return [
+        str(server_dir / "bin/tritonserver"), f"--model-repository={repository}",
+        f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
+        "--metrics-port={metrics}", "--exit-timeout-secs=2", *options,
+    ]  # fmt: skip
+
+
 def plain_repository(
     server_dir: pathlib.Path, source: pathlib.Path = HERE / "plain", model: str = "identity"
 ) -> pathlib.Path:
@@ -239,9 +256,7 @@ def plain_repository(
             f"{sys.version_info.major}.{sys.version_info.minor}. Run `tritonrt install-server --force` (it extracts "
             "the stub of every Python the nvidia-pytriton wheel has), or point TRITONRT_SERVER_DIR at such a server."
         )
-    repository = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-bench-plain-"))
-    atexit.register(shutil.rmtree, repository, ignore_errors=True)
-    shutil.copytree(source, repository, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    repository = temporary_repository(source, "plain")
     for folder in {repository / model, *(config.parent for config in repository.glob("*/config.pbtxt"))}:
         shutil.copy2(stub, folder / stub.name)
     return repository
@@ -259,12 +274,10 @@ def plain_server(source: pathlib.Path = HERE / "plain", model: str = "identity")
     entries = [str(plain_site()), *(p for p in sys.path if p and os.path.isdir(p))]
     library_path = os.pathsep.join(filter(None, [python_library_dir(), env["LD_LIBRARY_PATH"]]))
     plain_env = dict(env, BENCH_SYS_PATH=json.dumps(entries), LD_LIBRARY_PATH=library_path)
-    plain = [
-        str(server_dir / "bin/tritonserver"), f"--model-repository={repository}",
-        f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
-        "--metrics-port={metrics}", "--exit-timeout-secs=2",
+    plain = tritonserver_command(
+        server_dir, repository,
         "--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=4194304",
-    ]  # fmt: skip
+    )  # fmt: skip
     return plain, plain_env
 
 
@@ -282,20 +295,12 @@ def floor_server() -> tuple[list[str], dict] | None:
         print(f"bench: no floor ({FLOOR_LIBRARY} not built: bench/setup.sh builds it)", file=sys.stderr)
         return None
     server_dir = find_or_install_server()
-    repository = pathlib.Path(tempfile.mkdtemp(prefix="tritonrt-bench-floor-"))
-    atexit.register(shutil.rmtree, repository, ignore_errors=True)
-    shutil.copytree(HERE / "floor", repository, dirs_exist_ok=True)
-    for config in repository.glob("*/config.pbtxt"):
+    repository = temporary_repository(HERE / "floor", "floor")
+    for config in repository.glob("*/config.pbtxt"):  # (Triton loads a backend's library from the model's folder)
         version = config.parent / "1"
         version.mkdir()
-        if 'backend: "floor"' in config.read_text():  # (Triton loads a backend's library from the model's folder)
-            shutil.copy2(FLOOR_LIBRARY, version / FLOOR_LIBRARY.name)
-    command = [
-        str(server_dir / "bin/tritonserver"), f"--model-repository={repository}",
-        f"--backend-directory={server_dir / 'backends'}", "--http-port={http}", "--grpc-port={grpc}",
-        "--metrics-port={metrics}", "--exit-timeout-secs=2",
-    ]  # fmt: skip
-    return command, environment.server_environment(server_dir)
+        shutil.copy2(FLOOR_LIBRARY, version / FLOOR_LIBRARY.name)
+    return tritonserver_command(server_dir, repository), environment.server_environment(server_dir)
 
 
 def against_environment(runtime: pathlib.Path) -> dict[str, str]:

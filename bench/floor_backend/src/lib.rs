@@ -137,7 +137,7 @@ unsafe extern "C" fn call_released(request: *mut InferenceRequest, flags: u32, u
     }
     // SAFETY: Triton released the request (all of it): it is ours to delete, once.
     unsafe { delete_request(request) };
-    // SAFETY: `userp` is the Arc<Call> that call_identity() gave away for this callback (call_identity): taken back once.
+    // SAFETY: `userp` is the Arc<Call> that call_identity() gave away for this callback: taken back once.
     let call = unsafe { Arc::from_raw(userp.cast::<Call>()) };
     call.0.lock().expect("call state").released = true;
     call.1.notify_all();
@@ -150,8 +150,10 @@ unsafe extern "C" fn call_answered(response: *mut InferenceResponse, flags: u32,
         call.0.lock().expect("call state").response = Some(response as usize);
         call.1.notify_all();
     } else if !response.is_null() {
-        // SAFETY: a response before the final one (none for identity) is ours to delete.
-        unsafe { TRITONSERVER_InferenceResponseDelete(response) };
+        // SAFETY: a response before the final one (none for identity) is ours to delete, and an error returned.
+        if let Err(error) = check(unsafe { TRITONSERVER_InferenceResponseDelete(response) }) {
+            unsafe { drop_error(error) };
+        }
     }
 }
 
@@ -205,7 +207,8 @@ unsafe extern "C" fn release(
     ptr::null_mut()
 }
 
-/// The allocator of the calls' outputs (host memory), made once.
+/// The allocator of the calls' outputs (host memory), made once (two first calls at once may each make one: one is
+/// kept, the other leaks, which a benchmark can afford).
 fn allocator() -> Result<*mut ResponseAllocator, *mut TritonError> {
     static ALLOCATOR: OnceLock<usize> = OnceLock::new();
     if let Some(&address) = ALLOCATOR.get() {

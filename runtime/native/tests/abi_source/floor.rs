@@ -50,8 +50,7 @@ fn generate_floor(sources: &Sources) -> Result<(String, Vec<String>), String> {
     let origin = "bench/floor_backend/src";
     let mut c = prelude(&sources.headers);
     let mut read = Vec::new();
-    let declarations = sources.floor.replace("    pub fn ", "    fn "); // (the reading knows private declarations)
-    for function in rust_functions(&declarations, false).into_iter().chain(entry_points(&sources.floor)) {
+    for function in rust_functions(&sources.floor, false).into_iter().chain(entry_points(&sources.floor)) {
         assert_signature(&mut c, origin, &function)?;
         read.push(function.symbol);
     }

@@ -87,9 +87,9 @@ pub fn table_functions(api: &str) -> Vec<Function> {
 }
 
 /// Functions `prefix`ed in `text` written as `extern "C" fn NAME(PARAMS) -> RET` (definitions) or, inside
-/// an `extern "C" {}` block, `fn NAME(PARAMS) -> RET;` (declarations).
+/// an `extern "C" {}` block, `fn NAME(PARAMS) -> RET;` or `pub fn NAME(PARAMS) -> RET;` (declarations).
 pub fn rust_functions(text: &str, definitions: bool) -> Vec<Function> {
-    let marker = if definitions { "extern \"C\" fn " } else { "    fn " };
+    let markers: &[&str] = if definitions { &["extern \"C\" fn "] } else { &["    fn ", "    pub fn "] };
     let body = if definitions {
         text
     } else {
@@ -98,8 +98,10 @@ pub fn rust_functions(text: &str, definitions: bool) -> Vec<Function> {
     };
     let mut functions = Vec::new();
     let mut at = 0;
-    while let Some(found) = body[at..].find(marker) {
-        let name_start = at + found + marker.len();
+    let next = |at: usize| {
+        markers.iter().filter_map(|marker| body[at..].find(marker).map(|found| at + found + marker.len())).min()
+    };
+    while let Some(name_start) = next(at) {
         let open = name_start + body[name_start..].find('(').expect("(");
         let (params, after) = parenthesized(body, open);
         functions.push(Function {
