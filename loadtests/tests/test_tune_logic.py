@@ -12,11 +12,12 @@ import pytest
 from loadtests.errors import LoadTestSetupError
 from loadtests.tune.measure import PLATEAU_GAIN, Measurement, Slo, Step, climb
 from loadtests.tune.project_files import diff, read_env_file, read_tuning, with_env_value
+from loadtests.tune.reload import override, reloadable
 from loadtests.tune.report import TuneOutcome, render_table, write_reports
 from loadtests.tune.search import better, coordinate_search
 from loadtests.tune.service_process import QueueCounters, parse_queue_counters
 from loadtests.tune.space import Candidate, Space, ladder
-from loadtests.tune.tuner import candidate_from_config, choose_winner, tuned_text
+from loadtests.tune.tuner import candidate_from_config, choose_winner, serving_note, tuned_text
 
 SLO = Slo(p95_ms=100.0)
 START = Candidate(max_batch_size=64, max_queue_delay_us=100, preferred=False, instances=1)
@@ -168,6 +169,54 @@ def test_the_served_config_reads_back_as_the_candidate() -> None:
     config["dynamic_batching"] = {"preferred_batch_size": [64]}
     assert candidate_from_config(config, "process") == Candidate(64, 0, False, 2, "process")
     assert candidate_from_config({"max_batch_size": 0}, "thread") == Candidate(0, 0, False, 1, "thread")
+
+
+def test_a_reload_serves_a_candidate_that_changes_only_the_batching() -> None:
+    assert reloadable(START, START.replace("max_batch_size", 8).replace("max_queue_delay_us", 0))
+    assert reloadable(START, START.replace("preferred", True))
+    assert not reloadable(START, START.replace("instances", 2))  # callables bound at start
+    assert not reloadable(START, START.replace("workers", "process"))  # worker processes started at start
+    assert not reloadable(START, Candidate(0, 0, False, 1))  # a model that does not batch
+
+
+def test_the_override_is_the_served_config_with_the_candidates_batching() -> None:
+    served = {
+        "name": "m",
+        "backend": "tritonrt",
+        "max_batch_size": 64,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": ["4"]}],
+        "dynamic_batching": {"max_queue_delay_microseconds": "100", "preferred_batch_size": [64], "priority_levels": 0},
+        "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
+    }
+    candidate = Candidate(16, 1000, True, 2, "thread")
+    config = override(served, candidate)
+    assert config["max_batch_size"] == 16 and config["backend"] == "tritonrt" and config["input"] == served["input"]
+    assert config["dynamic_batching"] == {
+        "max_queue_delay_microseconds": 1000,
+        "preferred_batch_size": [4, 8, 16],
+        "priority_levels": 0,
+    }
+    assert config["instance_group"] == [{"count": 2, "kind": "KIND_CPU"}]
+    assert served["max_batch_size"] == 64 and served["dynamic_batching"]["preferred_batch_size"] == [64]  # a copy
+    # Preferred off: the old sizes go (Triton then forms the largest batch it can), and it reads back as off.
+    off = override(served, candidate.replace("preferred", False))
+    assert "preferred_batch_size" not in off["dynamic_batching"]
+    assert candidate_from_config(off, "thread") == candidate.replace("preferred", False)
+    assert candidate_from_config(config, "thread") == candidate
+
+
+def test_the_notes_say_how_the_candidates_were_served_and_how_long_it_took() -> None:
+    measurements = [
+        Measurement(START, (), SLO, served_by="start", ready_s=1.5),
+        Measurement(START.replace("max_batch_size", 8), (), SLO, served_by="reload", ready_s=0.02),
+        Measurement(START.replace("max_batch_size", 16), (), SLO, served_by="reload", ready_s=0.04),
+        Measurement(START.replace("instances", 2), (), SLO, served_by="start", ready_s=2.5),
+    ]
+    assert serving_note(measurements) == (
+        "candidates served: 2 started the service (2.00 s each until it served); "
+        "2 reloaded its model (0.03 s each until it served)"
+    )
+    assert serving_note([]) is None
 
 
 def _steps(*rows: tuple[int, float, float]) -> tuple[Step, ...]:

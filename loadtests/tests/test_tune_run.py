@@ -106,6 +106,11 @@ def test_tuning_picks_batching_and_applies_it(tmp_path: Path) -> None:
     assert report["winner"]["max_batch_size"] == 8, result.stdout
     scores = {m["label"]: m["score_rps"] for m in report["measurements"]}
     assert scores["bs8 q0us 1i thread"] > 2 * scores["bs1 q0us 1i thread"], scores
+    # The batching candidate was served by a reload of the running service's model: no second service started.
+    served = {m["label"]: m["served_by"] for m in report["measurements"]}
+    assert served == {"bs1 q0us 1i thread": "start", "bs8 q0us 1i thread": "reload"}, result.stderr[-3000:]
+    assert [path.name for path in (project / "reports" / "tune" / "services").glob("*.log")] == ["baseline.log"]
+    assert any(note.startswith("candidates served: 1 started the service") for note in report["notes"])
     assert json.loads((project / "tuning.json").read_text())["max_batch_size"] == 8
     assert '+  "max_batch_size": 8,' in result.stdout and "wrote" in result.stdout
     slo = (project / "slo.env").read_text()
@@ -138,6 +143,7 @@ def test_a_gil_bound_callable_is_tuned_to_worker_processes(tmp_path: Path) -> No
     assert (report["winner"]["instances"], report["winner"]["workers"]) == (2, "process"), scores
     baseline = report["measurements"][0]  # the current settings, measured first
     assert (report["baseline"]["instances"], report["baseline"]["workers"]) == (1, "thread")
+    assert {m["served_by"] for m in report["measurements"]} == {"start"}  # instances and modes: bound at start
     assert scores["bs1 q0us 2i process"] > 1.25 * baseline["score_rps"], scores
     assert _wait_gone(marker) == []
 
@@ -164,11 +170,10 @@ def test_the_winner_is_measured_at_the_lighter_loads_its_climb_skipped(
         reports=project / "reports",
         start_users=1,
     )
-    run = _Run(options)
-    winner = Measurement(Candidate(8, 0, False, 1, "thread"), (Step(4, 400, 80.0, 50.0, 0.0, 1.0),), options.slo)
-    run.measurements.append(winner)
-
-    measured = run.measure_lighter(winner)
+    with _Run(options) as run:
+        winner = Measurement(Candidate(8, 0, False, 1, "thread"), (Step(4, 400, 80.0, 50.0, 0.0, 1.0),), options.slo)
+        run.measurements.append(winner)
+        measured = run.measure_lighter(winner)
 
     assert [step.users for step in measured.steps] == [1, 2, 4]
     assert all(step.requests > 0 and step.queue_ms is not None for step in measured.steps[:2]), measured.steps

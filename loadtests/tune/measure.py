@@ -55,6 +55,8 @@ class Measurement:
     """A measured candidate: its steps, and ``error`` when it could not be served (it then scores None).
 
     ``complete`` is False when the budget or Ctrl+C cut the climb short: the score is a lower bound.
+    ``served_by``: how the candidate came to be served, ``start`` (the service started with it) or ``reload``
+    (the running service's model reloaded with its config); ``ready_s``: how long that took.
     """
 
     candidate: Candidate
@@ -63,6 +65,8 @@ class Measurement:
     error: str | None = None
     complete: bool = True
     seconds: float = 0.0
+    served_by: str = "start"
+    ready_s: float = 0.0
 
     @property
     def sustained(self) -> Step | None:

@@ -46,7 +46,7 @@ def _status(measurement: Measurement) -> str:
 
 def render_table(outcome: TuneOutcome) -> str:
     """One row per measured candidate: the throughput it sustained within the SLO, at what load and latency."""
-    rows = [("", "candidate", "status", "users", "req/s", "p95 ms", "queue ms", "seconds")]
+    rows = [("", "candidate", "status", "users", "req/s", "p95 ms", "queue ms", "seconds", "served by")]
     for measurement in outcome.measurements:
         sustained = measurement.sustained
         mark = "*" if measurement.candidate == outcome.winner else ""
@@ -56,12 +56,16 @@ def render_table(outcome: TuneOutcome) -> str:
             if sustained is not None
             else ("-", "0", "-", "-")
         )
-        rows.append((mark, measurement.candidate.label, _status(measurement), *figures, f"{measurement.seconds:.0f}"))
+        served = f"{measurement.served_by} {measurement.ready_s:.2f} s"
+        rows.append(
+            (mark, measurement.candidate.label, _status(measurement), *figures, f"{measurement.seconds:.0f}", served)
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines.append(
-        f"(* the winner, b the baseline: the project's current settings; SLO p95 <= {outcome.slo.p95_ms:g} ms)"
+        f"(* the winner, b the baseline: the project's current settings; SLO p95 <= {outcome.slo.p95_ms:g} ms; "
+        "served by: a start of the service or a reload of its model, and the seconds until it served)"
     )
     return "\n".join(lines)
 
@@ -114,6 +118,8 @@ def _document(outcome: TuneOutcome) -> dict[str, object]:
             "error": measurement.error,
             "complete": measurement.complete,
             "seconds": measurement.seconds,
+            "served_by": measurement.served_by,
+            "ready_s": measurement.ready_s,
             "steps": [dataclasses.asdict(step) for step in measurement.steps],
         }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -42,7 +43,12 @@ PORT_TAKEN_WAIT_S = 10.0
 # How long a ready server may lack the model before the tuner says the model's name is wrong.
 MODEL_WAIT_S = 30.0
 # The service's own variables the tuner sets for every candidate (the prefix goes in front).
-_OVERRIDDEN = ("INSTANCES", "MAX_QUEUE_DELAY_US", "WORKERS", "TUNING_FILE", "HTTP_PORT", "GRPC_PORT", "METRICS_PORT")
+_OVERRIDDEN = (
+    "INSTANCES", "MAX_QUEUE_DELAY_US", "WORKERS", "TUNING_FILE", "HTTP_PORT", "GRPC_PORT", "METRICS_PORT",
+    "ACCESS_TOKEN",
+)  # fmt: skip
+# How long a model's load (a reload with a config override) may take before the tuner starts the service instead.
+LOAD_TIMEOUT_S = 120.0
 
 
 class ServiceFailed(Exception):
@@ -106,6 +112,9 @@ class ServiceProcess:
         self.log_path = workdir / f"{name}.log"
         self.tuning_path = workdir / f"{name}.tuning.json"
         self.workers = candidate.workers if candidate is not None else workers
+        # The token of the service's model control (its restricted endpoints), for reloads with another config.
+        self.token = secrets.token_urlsafe(24)
+        self.serving: Candidate | None = None  # what it serves, once the tuner checked it (see tuner._check_served)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -124,6 +133,7 @@ class ServiceProcess:
                 prefix + "BIND_ADDRESS": "127.0.0.1",
                 prefix + "REQUIRE_TOKEN": "false",
                 prefix + "RESTARTS": "0",
+                prefix + "ACCESS_TOKEN": self.token,
                 prefix + "EXIT_TIMEOUT_S": "5",
                 prefix + "WORKERS": self.workers,
             }
@@ -195,6 +205,26 @@ class ServiceProcess:
                 "pass the model's name with --model"
             ) from None
         return config
+
+    def load_model(self, config: dict[str, Any]) -> None:
+        """Load the model again with ``config`` (``POST /v2/repository/models/<model>/load``, the config as an
+        override); ServiceFailed with the server's answer when it refuses or does not answer in time."""
+        model = self.service.model
+        body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode("utf-8")
+        request = urllib.request.Request(
+            f"{self.url}/v2/repository/models/{model}/load",
+            data=body,
+            headers={"Content-Type": "application/json", "triton-access-token": self.token},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=LOAD_TIMEOUT_S):
+                return
+        except urllib.error.HTTPError as error:
+            answer = error.read().decode("utf-8", "replace")[:LOG_TAIL_CHARS]
+            raise ServiceFailed(f"the server refused to load model '{model}' (HTTP {error.code}): {answer}") from None
+        except (urllib.error.URLError, OSError) as error:
+            raise ServiceFailed(f"the load of model '{model}' did not answer: {error}") from None
 
     def _exits_within(self, timeout_s: float) -> bool:
         """Whether the service has exited, or exits within ``timeout_s``."""

@@ -19,6 +19,7 @@ from loadtests.tune.load_step import StepOptions, run_load_step
 from loadtests.tune.measure import Measurement, Slo, Step, climb
 from loadtests.tune.objectives import derive_queue_target, lighter_loads_unmeasured
 from loadtests.tune.project_files import diff, read_tuning, render_tuning, with_env_value
+from loadtests.tune.reload import override, reloadable
 from loadtests.tune.report import TuneOutcome
 from loadtests.tune.search import better, coordinate_search
 from loadtests.tune.service_process import Service, ServiceFailed, ServiceProcess
@@ -31,6 +32,7 @@ __all__ = [
     "candidate_from_config",
     "choose_winner",
     "run_tuning",
+    "serving_note",
     "tuned_text",
 ]
 
@@ -103,6 +105,7 @@ class _Run:
         self.started = time.monotonic()
         self.deadline = self.started + options.budget_s
         self.measurements: list[Measurement] = []
+        self.running: ServiceProcess | None = None  # the service of the last candidate, kept for a reload
         self.workdir = options.reports / "tune"  # services' logs and load steps' reports, this run's only
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -125,7 +128,8 @@ class _Run:
         return max(self.options.start_users, min(self.options.max_users, peak.users // 4))
 
     def measure(self, candidate: Candidate | None, workers: str) -> Measurement:
-        """Serve ``candidate`` (None: the current settings), climb the load, stop; record and return it."""
+        """Serve ``candidate`` (None: the current settings), climb the load; record and return it. The service
+        stays running for the next candidate, which it serves by a reload where it can (``tune/reload.py``)."""
         index = len(self.measurements) + 1
         if candidate is not None and self.left_s() < 0.5 * self.estimate_s():
             raise BudgetSpent(f"{self.left_s():.0f} s left, a candidate takes about {self.estimate_s():.0f} s")
@@ -134,30 +138,23 @@ class _Run:
         measured = candidate
         error: str | None = None
         complete = False
+        served_by, ready_s = "start", 0.0
         name = "current settings" if candidate is None else candidate.label
-        _say(f"[{index}] {name}: starting the service ({self.left_s():.0f} s of the budget left)")
         try:
-            for attempt in (1, 2):
-                with ServiceProcess(self.options.service, candidate, self.workdir / "services", workers) as server:
-                    try:
-                        server.wait_ready(min(self.options.ready_timeout_s, max(self.left_s(), 0.0) + 30.0))
-                        measured = self._check_served(server, candidate)
-                    except ServiceFailed as failure:
-                        if attempt == 1 and failure.exited:  # e.g. a port taken since it was picked
-                            _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
-                            continue
-                        raise
-                    climb(
-                        lambda users: self._step(server, index, users),
-                        self.options.slo,
-                        steps,
-                        start_users=self.start_users(),
-                        max_users=self.options.max_users,
-                        floor_users=self.options.start_users,
-                    )
-                    complete = True
-                    break
+            server, served_by = self._serve(candidate, workers, index, name)
+            measured = server.serving
+            ready_s = time.monotonic() - began
+            climb(
+                lambda users: self._step(server, index, users),
+                self.options.slo,
+                steps,
+                start_users=self.start_users(),
+                max_users=self.options.max_users,
+                floor_users=self.options.start_users,
+            )
+            complete = True
         except (ServiceFailed, LoadTestSetupError) as failure:
+            self.close()  # (a service that failed a candidate serves no other)
             if candidate is None and not steps:  # the current settings: nothing to tune from
                 raise LoadTestSetupError(
                     f"the service with its current settings could not be served and loaded: {failure}"
@@ -167,8 +164,9 @@ class _Run:
             _say(f"[{index}] {name}: FAILED: {error}")
         finally:
             if measured is not None:
+                seconds = time.monotonic() - began
                 self.measurements.append(
-                    Measurement(measured, tuple(steps), self.options.slo, error, complete, time.monotonic() - began)
+                    Measurement(measured, tuple(steps), self.options.slo, error, complete, seconds, served_by, ready_s)
                 )
         result = self.measurements[-1]
         sustained = result.sustained
@@ -180,6 +178,55 @@ class _Run:
         if error is None:
             _say(f"[{index}] {result.candidate.label}: {summary}, {result.seconds:.0f} s")
         return result
+
+    def _serve(
+        self, candidate: Candidate | None, workers: str, index: int, name: str, *, budgeted: bool = True
+    ) -> tuple[ServiceProcess, str]:
+        """The service serving ``candidate``, and how: ``reload`` (the running service's model loaded again with
+        the candidate's batching) where that can serve it, else ``start``. A reload that fails falls back to a
+        start; a start whose service exits at once (a port taken since it was picked) is tried once more."""
+        running = self.running
+        served = None if running is None else running.serving
+        if running is not None and served is not None and served == candidate:
+            return running, "running"  # (the winner's lighter loads, right after it was measured)
+        if running is not None and served is not None and candidate is not None and reloadable(served, candidate):
+            _say(f"[{index}] {name}: reloading the model ({self.left_s():.0f} s of the budget left)")
+            try:
+                running.load_model(override(running.model_config(), candidate))
+                running.serving = self._check_served(running, candidate)
+                return running, "reload"
+            except (ServiceFailed, LoadTestSetupError) as failure:
+                _say(f"[{index}] {name}: the reload failed, starting the service instead: {failure}")
+        self.close()
+        _say(f"[{index}] {name}: starting the service ({self.left_s():.0f} s of the budget left)")
+        for attempt in (1, 2):
+            server = ServiceProcess(self.options.service, candidate, self.workdir / "services", workers)
+            self.running = server
+            server.start()
+            try:
+                timeout_s = self.options.ready_timeout_s
+                server.wait_ready(min(timeout_s, max(self.left_s(), 0.0) + 30.0) if budgeted else timeout_s)
+                server.serving = self._check_served(server, candidate)
+                return server, "start"
+            except ServiceFailed as failure:
+                self.close()
+                if attempt == 1 and failure.exited:  # e.g. a port taken since it was picked
+                    _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
+                    continue
+                raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def close(self) -> None:
+        """Stop the running service, if any."""
+        running, self.running = self.running, None
+        if running is not None:
+            running.stop()
+
+    def __enter__(self) -> _Run:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _check_served(self, server: ServiceProcess, candidate: Candidate | None) -> Candidate:
         """The setting the server serves; ServiceFailed when it is not ``candidate``."""
@@ -204,13 +251,11 @@ class _Run:
              "the queue target")  # fmt: skip
         steps: list[Step] = []
         try:
-            with ServiceProcess(
-                self.options.service, winner.candidate, self.workdir / "services", winner.candidate.workers
-            ) as server:
-                server.wait_ready(self.options.ready_timeout_s)
-                for users in missing:
-                    steps.append(self._step(server, index, users, budgeted=False))
+            server, _ = self._serve(winner.candidate, winner.candidate.workers, index, label, budgeted=False)
+            for users in missing:
+                steps.append(self._step(server, index, users, budgeted=False))
         except (ServiceFailed, LoadTestSetupError) as failure:
+            self.close()
             _say(f"[{index}] {label}: the lighter loads could not be measured: {failure}")
         merged = dataclasses.replace(winner, steps=tuple(sorted((*steps, *winner.steps), key=lambda s: s.users)))
         self.measurements[index - 1] = merged
@@ -237,27 +282,37 @@ class _Run:
 def run_tuning(options: TuneOptions) -> TuneResult:
     """Measure, search, and work out the winner, its diff and the derived queue target."""
     current = read_tuning(options.tuning_file)
-    run = _Run(options)
-    notes: list[str] = []
-    baseline: Candidate | None = None
-    interrupted = False
-    try:
-        baseline = run.measure(None, str(current.get("workers", "thread"))).candidate
-        first = run.measurements[0]
+    with _Run(options) as run:
+        notes: list[str] = []
+        baseline: Candidate | None = None
+        interrupted = False
+        try:
+            baseline = run.measure(None, str(current.get("workers", "thread"))).candidate
+            first = run.measurements[0]
 
-        def score(candidate: Candidate) -> float | None:
-            return first.score if candidate == baseline else run.measure(candidate, candidate.workers).score
+            def score(candidate: Candidate) -> float | None:
+                return first.score if candidate == baseline else run.measure(candidate, candidate.workers).score
 
-        coordinate_search(options.space, baseline, score)
-        notes.append("the search finished: no neighbouring setting gained 5 % or more")
-    except BudgetSpent as spent:
-        notes.append(f"the budget ({options.budget_s / 60:g} min) stopped the search: {spent}")
-        _say(f"budget spent: {spent}; keeping the best so far")
-    except KeyboardInterrupt:
-        interrupted = True
-        notes.append("stopped with Ctrl+C: the best so far is kept")
-        _say("stopped: keeping the best so far")
-    return _result(options, run, baseline, current, notes, interrupted)
+            coordinate_search(options.space, baseline, score)
+            notes.append("the search finished: no neighbouring setting gained 5 % or more")
+        except BudgetSpent as spent:
+            notes.append(f"the budget ({options.budget_s / 60:g} min) stopped the search: {spent}")
+            _say(f"budget spent: {spent}; keeping the best so far")
+        except KeyboardInterrupt:
+            interrupted = True
+            notes.append("stopped with Ctrl+C: the best so far is kept")
+            _say("stopped: keeping the best so far")
+        return _result(options, run, baseline, current, notes, interrupted)
+
+
+def serving_note(measurements: list[Measurement]) -> str | None:
+    """How the candidates came to be served, and the mean seconds each way took (None when none was)."""
+    parts = []
+    for way, what in (("start", "started the service"), ("reload", "reloaded its model")):
+        seconds = [m.ready_s for m in measurements if m.served_by == way and m.ready_s > 0]
+        if seconds:
+            parts.append(f"{len(seconds)} {what} ({sum(seconds) / len(seconds):.2f} s each until it served)")
+    return "candidates served: " + "; ".join(parts) if parts else None
 
 
 def tuned_text(current: dict[str, Any], winner: Candidate, baseline: Candidate) -> str | None:
@@ -300,6 +355,9 @@ def _result(
     if slo_text is not None:
         changes += diff(options.slo_env, slo_text)
     notes.append(f"elapsed {(time.monotonic() - run.started) / 60:.1f} min for {len(run.measurements)} candidates")
+    serving = serving_note(run.measurements)
+    if serving is not None:
+        notes.append(serving)
     outcome = TuneOutcome(
         tuple(run.measurements), options.slo, baseline, winner, changes, derived.reasoning, tuple(notes)
     )

@@ -10,7 +10,7 @@ import time
 import numpy as np
 from tritonrt.decorators import batch
 from tritonrt.model_config import DynamicBatcher, ModelConfig, Tensor
-from tritonrt.triton import Triton, TritonConfig, WorkerMode, WorkerOptions
+from tritonrt.triton import Triton, TritonConfig, TritonSecurityConfig, WorkerMode, WorkerOptions
 
 from loadtests.tests.tune_service import BATCH_COST_S, MODEL_NAME, ROW_COST_S
 
@@ -48,7 +48,8 @@ def main() -> None:
         exit_timeout_secs=int(environ.get(PREFIX + "EXIT_TIMEOUT_S", "5")),
     )
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with Triton(config=config) as triton:
+    security = TritonSecurityConfig(access_token=environ.get(PREFIX + "ACCESS_TOKEN"))  # (model control's)
+    with Triton(config=config, security_config=security) as triton:
         triton.bind(
             MODEL_NAME,
             [infer] * int(tuning.get("instances", 1)),
