@@ -182,9 +182,10 @@ class _Run:
     def _serve(
         self, candidate: Candidate | None, workers: str, index: int, name: str, *, budgeted: bool = True
     ) -> tuple[ServiceProcess, str]:
-        """The service serving ``candidate``, and how: ``reload`` (the running service's model loaded again with
-        the candidate's batching) where that can serve it, else ``start``. A reload that fails falls back to a
-        start; a start whose service exits at once (a port taken since it was picked) is tried once more."""
+        """The service serving ``candidate``, and how: ``running`` when the running service serves it already,
+        ``reload`` (its model loaded again with the candidate's batching) where that can serve it, else ``start``.
+        A reload that fails falls back to a start; a start whose service exits at once (a port taken since it was
+        picked) is tried once more."""
         running = self.running
         served = None if running is None else running.serving
         if running is not None and served is not None and served == candidate:
