@@ -55,8 +55,9 @@ class Measurement:
     """A measured candidate: its steps, and ``error`` when it could not be served (it then scores None).
 
     ``complete`` is False when the budget or Ctrl+C cut the climb short: the score is a lower bound.
-    ``served_by``: how the candidate came to be served, ``start`` (the service started with it) or ``reload``
-    (the running service's model reloaded with its config); ``ready_s``: how long that took.
+    ``served_by``: how the candidate came to be served, ``start`` (the service started with it), ``reload``
+    (the running service's model reloaded with its config) or ``-`` (it never was); ``ready_s``: how long that
+    took (a start: from the old service's stop).
     """
 
     candidate: Candidate

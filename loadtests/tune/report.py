@@ -56,7 +56,7 @@ def render_table(outcome: TuneOutcome) -> str:
             if sustained is not None
             else ("-", "0", "-", "-")
         )
-        served = f"{measurement.served_by} {measurement.ready_s:.2f} s"
+        served = "-" if measurement.served_by == "-" else f"{measurement.served_by} {measurement.ready_s:.2f} s"
         rows.append(
             (mark, measurement.candidate.label, _status(measurement), *figures, f"{measurement.seconds:.0f}", served)
         )

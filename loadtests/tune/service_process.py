@@ -6,9 +6,13 @@ terminal reaches the tuner alone, which then stops the service itself.
 
 Example::
 
-    with ServiceProcess(service, candidate, workdir) as server:
+    server = ServiceProcess(service, candidate, workdir)
+    server.start()
+    try:
         server.wait_ready(timeout_s=120)
         server.model_config()["max_batch_size"]
+    finally:
+        server.stop()
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from tritonrt.ports import free_ports
@@ -204,7 +207,15 @@ class ServiceProcess:
                 f"the service does not serve model '{self.service.model}' ({address}: HTTP {error.code}); "
                 "pass the model's name with --model"
             ) from None
+        except (urllib.error.URLError, OSError, ValueError) as error:  # (gone, or an answer that is not JSON)
+            raise ServiceFailed(
+                f"the service did not answer {address}: {error}:\n{self.log_tail()}", exited=not self.alive()
+            ) from None
         return config
+
+    def alive(self) -> bool:
+        """Whether the service process runs."""
+        return self._process is not None and self._process.poll() is None
 
     def load_model(self, config: dict[str, Any]) -> None:
         """Load the model again with ``config`` (``POST /v2/repository/models/<model>/load``, the config as an
@@ -258,16 +269,3 @@ class ServiceProcess:
                 stop_child(self._process, signal.SIGTERM, STOP_TIMEOUT_S)
             finally:
                 self._process = None
-
-    def __enter__(self) -> ServiceProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()

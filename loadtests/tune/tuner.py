@@ -98,7 +98,8 @@ def choose_winner(measurements: list[Measurement], baseline: Candidate) -> Candi
 
 
 class _Run:
-    """The state of one tuning run: its deadline and the measurements so far."""
+    """The state of one tuning run: its deadline, the measurements so far, and the service of the last candidate
+    (kept for the next, which may be served by a reload of its model): use it in ``with``, which stops it."""
 
     def __init__(self, options: TuneOptions) -> None:
         self.options = options
@@ -138,20 +139,22 @@ class _Run:
         measured = candidate
         error: str | None = None
         complete = False
-        served_by, ready_s = "start", 0.0
+        served_by, ready_s = "-", 0.0  # (until it serves)
         name = "current settings" if candidate is None else candidate.label
         try:
-            server, served_by = self._serve(candidate, workers, index, name)
-            measured = server.serving
-            ready_s = time.monotonic() - began
-            climb(
-                lambda users: self._step(server, index, users),
-                self.options.slo,
-                steps,
-                start_users=self.start_users(),
-                max_users=self.options.max_users,
-                floor_users=self.options.start_users,
-            )
+            for attempt in (1, 2):
+                steps.clear()
+                server, served_by, ready_s = self._serve(candidate, workers, index, name)
+                measured = server.serving
+                broke = self._climb(server, index, steps)
+                if attempt == 1 and served_by == "reload" and not server.alive():
+                    # (tritonserver 2.51 crashes now and then after a load: the candidate is not to blame)
+                    _say(f"[{index}] {name}: the service exited after the reload; once more, started anew")
+                    self.close()
+                    continue
+                if broke is not None:
+                    raise broke
+                break
             complete = True
         except (ServiceFailed, LoadTestSetupError) as failure:
             self.close()  # (a service that failed a candidate serves no other)
@@ -166,7 +169,16 @@ class _Run:
             if measured is not None:
                 seconds = time.monotonic() - began
                 self.measurements.append(
-                    Measurement(measured, tuple(steps), self.options.slo, error, complete, seconds, served_by, ready_s)
+                    Measurement(
+                        measured,
+                        tuple(steps),
+                        self.options.slo,
+                        error,
+                        complete,
+                        seconds,
+                        served_by=served_by,
+                        ready_s=ready_s,
+                    )  # fmt: skip
                 )
         result = self.measurements[-1]
         sustained = result.sustained
@@ -179,28 +191,49 @@ class _Run:
             _say(f"[{index}] {result.candidate.label}: {summary}, {result.seconds:.0f} s")
         return result
 
+    def _climb(
+        self, server: ServiceProcess, index: int, steps: list[Step]
+    ) -> ServiceFailed | LoadTestSetupError | None:
+        """Climb the load on ``server`` into ``steps``; what broke the climb, if anything did."""
+        try:
+            climb(
+                lambda users: self._step(server, index, users),
+                self.options.slo,
+                steps,
+                start_users=self.start_users(),
+                max_users=self.options.max_users,
+                floor_users=self.options.start_users,
+            )
+        except (ServiceFailed, LoadTestSetupError) as broke:
+            return broke
+        return None
+
     def _serve(
         self, candidate: Candidate | None, workers: str, index: int, name: str, *, budgeted: bool = True
-    ) -> tuple[ServiceProcess, str]:
-        """The service serving ``candidate``, and how: ``running`` when the running service serves it already,
-        ``reload`` (its model loaded again with the candidate's batching) where that can serve it, else ``start``.
-        A reload that fails falls back to a start; a start whose service exits at once (a port taken since it was
-        picked) is tried once more."""
+    ) -> tuple[ServiceProcess, str, float]:
+        """The service serving ``candidate``, how, and the seconds that took: ``running`` when the running service
+        serves it already, ``reload`` (its model loaded again with the candidate's batching) where that can serve
+        it, else ``start`` (from the old service's stop to serving). A reload that fails falls back to a start; a
+        start whose service exits at once (a port taken since it was picked) is tried once more."""
+        began = time.monotonic()
         running = self.running
-        served = None if running is None else running.serving
-        if running is not None and served is not None and served == candidate:
-            return running, "running"  # (the winner's lighter loads, right after it was measured)
-        if running is not None and served is not None and candidate is not None and reloadable(served, candidate):
-            _say(f"[{index}] {name}: reloading the model ({self.left_s():.0f} s of the budget left)")
-            try:
-                running.load_model(override(running.model_config(), candidate))
-                running.serving = self._check_served(running, candidate)
-                return running, "reload"
-            except (ServiceFailed, LoadTestSetupError) as failure:
-                _say(f"[{index}] {name}: the reload failed, starting the service instead: {failure}")
+        served = running.serving if running is not None and running.alive() else None
+        if running is not None and served is not None:
+            if served == candidate:
+                return running, "running", 0.0  # (the winner's lighter loads, right after it was measured)
+            if candidate is not None and reloadable(served, candidate):
+                _say(f"[{index}] {name}: reloading the model ({self.left_s():.0f} s of the budget left)")
+                try:
+                    running.load_model(override(running.model_config(), candidate))
+                    running.serving = self._check_served(running, candidate, reloaded=True)
+                    return running, "reload", time.monotonic() - began
+                except (ServiceFailed, LoadTestSetupError) as failure:
+                    _say(f"[{index}] {name}: the reload failed, starting the service instead: {failure}")
+        began = time.monotonic()
         self.close()
         _say(f"[{index}] {name}: starting the service ({self.left_s():.0f} s of the budget left)")
-        for attempt in (1, 2):
+        attempt = 1
+        while True:
             server = ServiceProcess(self.options.service, candidate, self.workdir / "services", workers)
             self.running = server
             server.start()
@@ -208,14 +241,13 @@ class _Run:
                 timeout_s = self.options.ready_timeout_s
                 server.wait_ready(min(timeout_s, max(self.left_s(), 0.0) + 30.0) if budgeted else timeout_s)
                 server.serving = self._check_served(server, candidate)
-                return server, "start"
+                return server, "start", time.monotonic() - began
             except ServiceFailed as failure:
                 self.close()
-                if attempt == 1 and failure.exited:  # e.g. a port taken since it was picked
-                    _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
-                    continue
-                raise
-        raise AssertionError("unreachable: the second attempt returns or raises")
+                if attempt > 1 or not failure.exited:
+                    raise
+                _say(f"[{index}] {name}: the service exited while starting; once more, on other ports")
+                attempt += 1
 
     def close(self) -> None:
         """Stop the running service, if any."""
@@ -229,14 +261,18 @@ class _Run:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _check_served(self, server: ServiceProcess, candidate: Candidate | None) -> Candidate:
+    def _check_served(
+        self, server: ServiceProcess, candidate: Candidate | None, *, reloaded: bool = False
+    ) -> Candidate:
         """The setting the server serves; ServiceFailed when it is not ``candidate``."""
         served = candidate_from_config(server.model_config(), server.workers)
         if candidate is not None and served != candidate:
-            raise ServiceFailed(
-                f"the service serves {served.label}, not {candidate.label}: it does not read "
-                f"{self.options.service.env_prefix}TUNING_FILE (see the generated tuning.py)"
+            why = (
+                "Triton did not take the batching of the reload's config (see the service's log)"
+                if reloaded
+                else f"it does not read {self.options.service.env_prefix}TUNING_FILE (see the generated tuning.py)"
             )
+            raise ServiceFailed(f"the service serves {served.label}, not {candidate.label}: {why}")
         return served
 
     def measure_lighter(self, winner: Measurement) -> Measurement:
@@ -252,7 +288,7 @@ class _Run:
              "the queue target")  # fmt: skip
         steps: list[Step] = []
         try:
-            server, _ = self._serve(winner.candidate, winner.candidate.workers, index, label, budgeted=False)
+            server, _, _ = self._serve(winner.candidate, winner.candidate.workers, index, label, budgeted=False)
             for users in missing:
                 steps.append(self._step(server, index, users, budgeted=False))
         except (ServiceFailed, LoadTestSetupError) as failure:
@@ -308,7 +344,7 @@ def run_tuning(options: TuneOptions) -> TuneResult:
 
 def serving_note(measurements: list[Measurement]) -> str | None:
     """How the candidates came to be served, and the mean seconds each way took (None when none was)."""
-    parts = []
+    parts: list[str] = []
     for way, what in (("start", "started the service"), ("reload", "reloaded its model")):
         seconds = [m.ready_s for m in measurements if m.served_by == way and m.ready_s > 0]
         if seconds:
